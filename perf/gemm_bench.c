@@ -8,7 +8,8 @@
  * engine's switch to SGEMM (gemm_small_max_rows) is chosen from it.
  *
  *   gemm_bench [--shape stories110M|stories15M] [--repeats R] [--rows 1,2,4,...]
- *              [--path auto|avx512|avx2|portable] [--type F16|BF16|Q8_0|Q4_K|Q6_K]
+ *              [--path auto|avx512|avx2|portable]
+ *              [--type F16|BF16|Q8_0|Q4_K|Q6_K|Q4_0|Q4_1]
  *              [--clock cpu] [--json] [--prefill]
  *
  * --type F16 or BF16: the weights in that type instead, q_matmul (kernels/cpu/quant.h: float
@@ -21,11 +22,12 @@
  * left out, prefill computes logits for one row): kernels/cpu/gemm_f32.h's own AVX2 tiles
  * against what the engine ran before them, in the same repeat — SGEMM on F32 weights,
  * q_matmul's converted float tiles and SGEMM on F16/BF16 — with each side's GFLOP/s and the
- * path the engine now takes for the shape (gemm_f32_prefer). --type Q8_0, Q4_K or Q6_K (with
- * --prefill only): gemm_f32 on panels dequantized once per block of k, against q_matmul
- * (above Q_INT_MAX_ROWS without AVX-512 VNNI: float tiles dequantized and SGEMM; up to it,
- * the integer dots of the decode batches), and for Q4_K and Q6_K the integer tiles of
- * quant_prefill.h at every M (--rows 4,8,16,32 too: where they would beat the dots).
+ * path the engine now takes for the shape (gemm_f32_prefer). --type Q8_0, Q4_K, Q6_K, Q4_0
+ * or Q4_1 (with --prefill only): gemm_f32 on panels dequantized once per block of k, against
+ * q_matmul (above Q_INT_MAX_ROWS without AVX-512 VNNI: float tiles dequantized and SGEMM; up
+ * to it, the integer dots of the decode batches), and for Q4_K, Q6_K, Q4_0 and Q4_1 the
+ * integer tiles of quant_prefill.h at every M (--rows 4,8,16,32 too: where they would beat
+ * the dots).
  */
 #include "kernels/cpu/gemm_f32.h"
 #include "kernels/cpu/gemm_small.h"
@@ -71,6 +73,8 @@ static const char *type_name(void)
            : wtype == Q_Q8_0 ? "Q8_0"
            : wtype == Q_Q4_K ? "Q4_K"
            : wtype == Q_Q6_K ? "Q6_K"
+           : wtype == Q_Q4_0 ? "Q4_0"
+           : wtype == Q_Q4_1 ? "Q4_1"
                              : "F32";
 }
 
@@ -272,9 +276,11 @@ int main(int argc, char **argv)
                     : strcmp(optarg, "Q8_0") == 0 ? Q_Q8_0
                     : strcmp(optarg, "Q4_K") == 0 ? Q_Q4_K
                     : strcmp(optarg, "Q6_K") == 0 ? Q_Q6_K
+                    : strcmp(optarg, "Q4_0") == 0 ? Q_Q4_0
+                    : strcmp(optarg, "Q4_1") == 0 ? Q_Q4_1
                                                   : -1;
             if (wtype < 0) {
-                fprintf(stderr, "gemm_bench: --type F16, BF16, Q8_0, Q4_K or Q6_K\n");
+                fprintf(stderr, "gemm_bench: --type F16, BF16, Q8_0, Q4_K, Q6_K, Q4_0 or Q4_1\n");
                 return 2;
             }
             break;
@@ -288,7 +294,7 @@ int main(int argc, char **argv)
         default:
             fprintf(stderr, "usage: gemm_bench [--shape stories110M|stories15M] [--repeats R] "
                             "[--rows 1,2,4,...] [--path auto|avx512|avx2|portable] "
-                            "[--type F16|BF16|Q8_0|Q4_K|Q6_K] [--clock cpu] [--json] "
+                            "[--type F16|BF16|Q8_0|Q4_K|Q6_K|Q4_0|Q4_1] [--clock cpu] [--json] "
                             "[--prefill]\n");
             return 2;
         }

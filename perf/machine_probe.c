@@ -10,7 +10,10 @@
  * measures OpenBLAS's own choice) and the CPU's features. Each figure is the median of
  * --repeats, with the lowest and highest.
  *
- *   machine_probe [--threads N] [--repeats R] [--mib M] [--json]
+ * It also measures one core's multiply units (mul_probe_run below: 256-bit FMAs, 8-bit
+ * multiplies, 8-bit dots, both side by side, per cycle); --mul measures only those.
+ *
+ *   machine_probe [--threads N] [--repeats R] [--mib M] [--json] [--mul]
  */
 #include "kernels/cpu/blas_core.h"
 #include "perf/bench_util.h"
@@ -18,6 +21,7 @@
 #include <cblas.h>
 #include <getopt.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,23 +95,33 @@ static double read_gbs(const v8f *buf, size_t bytes, int threads)
 #define FMA_ITERS  (20 * 1000 * 1000)
 
 #if defined(__x86_64__)
+/* one vfmadd per chain: the asm keeps GCC from folding the loop */
+#define FMA_STEP(c) __asm__("vfmadd132ps %2, %1, %0" : "+x"(c) : "x"(a), "x"(m))
+
+/* The ten chains are named variables, not an array: with an array GCC kept them on the stack
+ * and every FMA waited for a store and a load (half the peak). */
 __attribute__((target("avx2,fma"))) static float fma_loop_avx2(float seed)
 {
-    v8f acc[FMA_CHAINS];
     const v8f m = {0.999999f, 0.999999f, 0.999999f, 0.999999f,
                    0.999999f, 0.999999f, 0.999999f, 0.999999f};
     const v8f a = {1e-7f, 1e-7f, 1e-7f, 1e-7f, 1e-7f, 1e-7f, 1e-7f, 1e-7f};
-    for (int c = 0; c < FMA_CHAINS; c++) acc[c] = (v8f){0} + seed + (float)c;
+    v8f c0 = (v8f){0} + seed, c1 = c0 + 1.0f, c2 = c0 + 2.0f, c3 = c0 + 3.0f, c4 = c0 + 4.0f,
+        c5 = c0 + 5.0f, c6 = c0 + 6.0f, c7 = c0 + 7.0f, c8 = c0 + 8.0f, c9 = c0 + 9.0f;
     for (int i = 0; i < FMA_ITERS; i++) {
-#pragma GCC unroll 10
-        for (int c = 0; c < FMA_CHAINS; c++) {
-            /* one vfmadd per chain: the asm keeps GCC from folding the loop */
-            __asm__("vfmadd132ps %2, %1, %0" : "+x"(acc[c]) : "x"(a), "x"(m));
-        }
+        FMA_STEP(c0);
+        FMA_STEP(c1);
+        FMA_STEP(c2);
+        FMA_STEP(c3);
+        FMA_STEP(c4);
+        FMA_STEP(c5);
+        FMA_STEP(c6);
+        FMA_STEP(c7);
+        FMA_STEP(c8);
+        FMA_STEP(c9);
     }
+    const v8f s = ((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7)) + (c8 + c9);
     float t = 0;
-    for (int c = 0; c < FMA_CHAINS; c++)
-        for (int j = 0; j < 8; j++) t += acc[c][j];
+    for (int j = 0; j < 8; j++) t += s[j];
     return t;
 }
 #endif
@@ -146,6 +160,156 @@ static double fma_gflops(int threads)
     return 2.0 * 8 * FMA_CHAINS * (double)FMA_ITERS * threads / dt / 1e9;
 }
 
+/* ---- the multiply units, one thread --------------------------------------------------- */
+
+/*
+ * What one core's multipliers give per cycle, for the kernels' choice between float and
+ * integer dots: each loop runs independent chains in registers (asm, so GCC can neither fold
+ * nor reorder them) of one 256-bit instruction, or of the three an 8-bit dot needs per 32
+ * products (vpmaddubsw, vpmaddwd to 32 bits, vpaddd), or of two FMAs beside one such dot (do
+ * the integer and float multipliers issue side by side?), timed on the thread's CPU clock
+ * (load from other processes does not count). Cycles come from a chain of dependent scalar
+ * adds (one a cycle on every x86-64 core), timed beside them.
+ */
+#define MUL_ITERS (4 * 1000 * 1000)
+
+typedef struct mul_probe {
+    double ghz;        /* dependent adds per ns */
+    double fma;        /* vfmadd231ps ymm per cycle */
+    double maddubs;    /* vpmaddubsw ymm per cycle */
+    double madd;       /* vpmaddwd ymm per cycle */
+    double dot8;       /* 8-bit dots of 32 products (maddubs + madd + paddd) per cycle */
+    double mixed_fma;  /* in the mixed loop: FMAs per cycle ... */
+    double mixed_dot8; /* ... and 8-bit dots per cycle */
+} mul_probe;
+
+static double thread_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+#if defined(__x86_64__)
+typedef long long v4i __attribute__((vector_size(32)));
+
+/* seconds for MUL_ITERS x 10 dependent adds */
+static double add_chain_s(void)
+{
+    unsigned long x = 1;
+    double t0 = thread_s();
+    for (int i = 0; i < MUL_ITERS; i++)
+        __asm__("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+                "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0"
+                : "+r"(x));
+    double dt = thread_s() - t0;
+    volatile unsigned long sink = x;
+    (void)sink;
+    return dt;
+}
+
+#define CH8(op)                                                                                    \
+    __asm__(op : "+x"(c0) : "x"(k));                                                               \
+    __asm__(op : "+x"(c1) : "x"(k));                                                               \
+    __asm__(op : "+x"(c2) : "x"(k));                                                               \
+    __asm__(op : "+x"(c3) : "x"(k));                                                               \
+    __asm__(op : "+x"(c4) : "x"(k));                                                               \
+    __asm__(op : "+x"(c5) : "x"(k));                                                               \
+    __asm__(op : "+x"(c6) : "x"(k));                                                               \
+    __asm__(op : "+x"(c7) : "x"(k));
+
+/* seconds for MUL_ITERS x 8 of one instruction (kind 0 FMA, 1 maddubs, 2 madd) */
+__attribute__((target("avx2,fma"))) static double one_op_s(int kind)
+{
+    /* FMA: c += 1e-3 x 1e-3 from 1.0 (normal floats throughout); else bytes / words of 1 */
+    const long long kk = kind == 0 ? 0x3A83126F3A83126Fll : 0x0101010101010101ll,
+                    ci = kind == 0 ? 0x3F8000003F800000ll : kk;
+    const v4i k = {kk, kk, kk, kk};
+    v4i c0 = {ci, ci, ci, ci}, c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0;
+    double t0 = thread_s();
+    for (int i = 0; i < MUL_ITERS; i++) {
+        if (kind == 0) {
+            CH8("vfmadd231ps %1, %1, %0")
+        } else if (kind == 1) {
+            CH8("vpmaddubsw %1, %0, %0")
+        } else {
+            CH8("vpmaddwd %1, %0, %0")
+        }
+    }
+    double dt = thread_s() - t0;
+    volatile long long sink = c0[0] + c1[1] + c2[2] + c3[3] + c4[0] + c5[1] + c6[2] + c7[3];
+    (void)sink;
+    return dt;
+}
+
+#define DOT8(c, t)                                                                                 \
+    __asm__("vpmaddubsw %2, %0, %1\n\tvpmaddwd %3, %1, %1\n\tvpaddd %1, %0, %0"                    \
+            : "+x"(c), "=&x"(t)                                                                    \
+            : "x"(w), "x"(ones))
+#define FMA1(c) __asm__("vfmadd231ps %1, %1, %0" : "+x"(c) : "x"(f))
+
+/* seconds for MUL_ITERS x (6 8-bit dots) (mixed 0), or x (4 FMAs + 2 dots) (mixed 1) */
+__attribute__((target("avx2,fma"))) static double dot8_s(int mixed)
+{
+    const v4i w = {0x0101010101010101ll, 0x0101010101010101ll, 0x0101010101010101ll,
+                   0x0101010101010101ll},
+              ones = {0x0001000100010001ll, 0x0001000100010001ll, 0x0001000100010001ll,
+                      0x0001000100010001ll};
+    const v4i f = {0x3A83126F3A83126Fll, 0x3A83126F3A83126Fll, 0x3A83126F3A83126Fll,
+                   0x3A83126F3A83126Fll}; /* 1e-3f: the FMAs add 1e-6 to 1.0 */
+    v4i c0 = {0x3F8000003F800000ll, 0x3F8000003F800000ll, 0x3F8000003F800000ll,
+              0x3F8000003F800000ll},
+        c1 = c0, c2 = c0, c3 = c0, c4 = w, c5 = w, t0, t1, t2, t3, t4, t5;
+    if (!mixed) c0 = c1 = c2 = c3 = w;
+    double s0 = thread_s();
+    for (int i = 0; i < MUL_ITERS; i++) {
+        if (mixed) {
+            FMA1(c0);
+            FMA1(c1);
+            DOT8(c4, t4);
+            FMA1(c2);
+            FMA1(c3);
+            DOT8(c5, t5);
+        } else {
+            DOT8(c0, t0);
+            DOT8(c1, t1);
+            DOT8(c2, t2);
+            DOT8(c3, t3);
+            DOT8(c4, t4);
+            DOT8(c5, t5);
+        }
+    }
+    double dt = thread_s() - s0;
+    volatile long long sink = c0[0] + c1[1] + c2[2] + c3[3] + c4[0] + c5[1];
+    (void)sink;
+    return dt;
+}
+
+static mul_probe mul_probe_run(void)
+{
+    mul_probe p = {0};
+    const double n = (double)MUL_ITERS;
+    const double add = add_chain_s();
+    const double fma = one_op_s(0), mub = one_op_s(1), mad = one_op_s(2);
+    const double dot = dot8_s(0), mix = dot8_s(1);
+    const double add2 = add_chain_s();                  /* the clock, before and after */
+    const double cyc_s = 10.0 * n / ((add + add2) / 2); /* cycles per second */
+    p.ghz = cyc_s / 1e9;
+    p.fma = 8 * n / (fma * cyc_s);
+    p.maddubs = 8 * n / (mub * cyc_s);
+    p.madd = 8 * n / (mad * cyc_s);
+    p.dot8 = 6 * n / (dot * cyc_s);
+    p.mixed_fma = 4 * n / (mix * cyc_s);
+    p.mixed_dot8 = 2 * n / (mix * cyc_s);
+    return p;
+}
+#else
+static mul_probe mul_probe_run(void)
+{
+    return (mul_probe){0};
+}
+#endif
+
 /* ---- SGEMM ------------------------------------------------------------------------- */
 
 static double sgemm_gflops(int M, int N, int K, int threads, float *a, float *b, float *c)
@@ -173,25 +337,71 @@ static stat3 stats(double *v, int n)
     return s;
 }
 
+/* The multiply probe's figures (medians of n runs, with the lowest and highest): as one JSON
+ * member "mul_probe" (json) or as lines of text. */
+static void mul_report(const mul_probe *runs, int n, int json)
+{
+    static const struct {
+        const char *key, *what;
+        size_t off;
+    } f[] = {
+        {"ghz", "clock (dependent adds per ns)", offsetof(mul_probe, ghz)},
+        {"fma_per_cycle", "vfmadd231ps ymm per cycle", offsetof(mul_probe, fma)},
+        {"maddubs_per_cycle", "vpmaddubsw ymm per cycle", offsetof(mul_probe, maddubs)},
+        {"madd_per_cycle", "vpmaddwd ymm per cycle", offsetof(mul_probe, madd)},
+        {"dot8_per_cycle", "8-bit dots of 32 (maddubs+madd+add)/cycle", offsetof(mul_probe, dot8)},
+        {"mixed_fma_per_cycle", "mixed 2 FMA : 1 dot: FMAs per cycle",
+         offsetof(mul_probe, mixed_fma)},
+        {"mixed_dot8_per_cycle", "mixed 2 FMA : 1 dot: dots per cycle",
+         offsetof(mul_probe, mixed_dot8)},
+    };
+    const int nf = (int)(sizeof f / sizeof f[0]);
+    stat3 st[sizeof f / sizeof f[0]];
+    for (int i = 0; i < nf; i++) {
+        double v[64];
+        for (int r = 0; r < n; r++)
+            memcpy(&v[r], (const char *)&runs[r] + f[i].off, sizeof(double));
+        st[i] = stats(v, n);
+    }
+    /* products per cycle: an FMA 8 float multiply-adds, a dot 32 byte products */
+    const double fma_p = 8 * st[1].median, dot_p = 32 * st[4].median,
+                 mix_p = 8 * st[5].median + 32 * st[6].median;
+    if (json) {
+        printf("\"mul_probe\":{");
+        for (int i = 0; i < nf; i++)
+            printf("\"%s\":{\"median\":%.3f,\"lowest\":%.3f,\"highest\":%.3f},", f[i].key,
+                   st[i].median, st[i].lowest, st[i].highest);
+        printf("\"products_per_cycle\":{\"fma_f32\":%.2f,\"dot8\":%.2f,\"mixed\":%.2f}}", fma_p,
+               dot_p, mix_p);
+        return;
+    }
+    printf("  multiply units, 1 thread, its CPU time (medians [lowest, highest]):\n");
+    for (int i = 0; i < nf; i++)
+        printf("    %-44s %7.3f [%.3f, %.3f]\n", f[i].what, st[i].median, st[i].lowest,
+               st[i].highest);
+    printf("    products per cycle: f32 FMA %.1f, 8-bit dot %.1f, mixed %.1f\n", fma_p, dot_p,
+           mix_p);
+}
+
 int main(int argc, char **argv)
 {
     blas_core_fix(argv); /* OpenBLAS's kernels as ringlmd runs them (kernels/cpu/blas_core.h) */
-    int threads = 2, repeats = 5, json = 0, mib = 1024;
-    static const struct option opts[] = {{"threads", required_argument, 0, 't'},
-                                         {"repeats", required_argument, 0, 'r'},
-                                         {"mib", required_argument, 0, 'm'},
-                                         {"json", no_argument, 0, 'j'},
-                                         {0, 0, 0, 0}};
+    int threads = 2, repeats = 5, json = 0, mib = 1024, mul_only = 0;
+    static const struct option opts[] = {
+        {"threads", required_argument, 0, 't'}, {"repeats", required_argument, 0, 'r'},
+        {"mib", required_argument, 0, 'm'},     {"json", no_argument, 0, 'j'},
+        {"mul", no_argument, 0, 'u'},           {0, 0, 0, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "t:r:m:j", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "t:r:m:ju", opts, NULL)) != -1) {
         switch (ch) {
         case 't': threads = atoi(optarg); break;
         case 'r': repeats = atoi(optarg); break;
         case 'm': mib = atoi(optarg); break;
         case 'j': json = 1; break;
+        case 'u': mul_only = 1; break;
         default:
-            fprintf(stderr,
-                    "usage: machine_probe [--threads N] [--repeats R] [--mib M] [--json]\n");
+            fprintf(stderr, "usage: machine_probe [--threads N] [--repeats R] [--mib M] [--json] "
+                            "[--mul]\n");
             return 2;
         }
     }
@@ -222,6 +432,19 @@ int main(int argc, char **argv)
     const int avx2 = 0;
     const char *features = "";
 #endif
+    mul_probe mp[64];
+    if (mul_only) {
+        for (int r = 0; r < repeats; r++) mp[r] = mul_probe_run();
+        if (json) {
+            printf("{\"repeats\":%d,\"cpu_features\":\"%s\",", repeats, features);
+            mul_report(mp, repeats, 1);
+            printf("}\n");
+        } else {
+            printf("machine_probe --mul, medians of %d\n  cpu features: %s\n", repeats, features);
+            mul_report(mp, repeats, 0);
+        }
+        return 0;
+    }
     size_t bytes = (size_t)mib << 20;
     v8f *buf = aligned_alloc(64, bytes);
     const int M = 1024, pm = 256, pk = 768;
@@ -242,6 +465,7 @@ int main(int argc, char **argv)
         fm[r] = avx2 ? fma_gflops(threads) : 0.0;
         sg[r] = sgemm_gflops(M, M, M, threads, a, b, c);
         sp[r] = sgemm_gflops(pm, pk, pk, 1, a, b, c);
+        mp[r] = mul_probe_run();
     }
     stat3 srd = stats(rd, repeats), sfm = stats(fm, repeats), ssg = stats(sg, repeats),
           ssp = stats(sp, repeats);
@@ -252,10 +476,12 @@ int main(int argc, char **argv)
                "\"fma_f32_gflop_s\":{\"median\":%.1f,\"lowest\":%.1f,\"highest\":%.1f},"
                "\"sgemm_1024_gflop_s\":{\"median\":%.1f,\"lowest\":%.1f,\"highest\":%.1f},"
                "\"sgemm_256x768x768_1thread_gflop_s\":{\"median\":%.1f,\"lowest\":%.1f,"
-               "\"highest\":%.1f}}\n",
+               "\"highest\":%.1f},",
                threads, repeats, features, core ? core : "?", srd.median, srd.lowest, srd.highest,
                sfm.median, sfm.lowest, sfm.highest, ssg.median, ssg.lowest, ssg.highest, ssp.median,
                ssp.lowest, ssp.highest);
+        mul_report(mp, repeats, 1);
+        printf("}\n");
     } else {
         printf("machine_probe, %d threads, medians of %d [lowest, highest]\n", threads, repeats);
         printf("  cpu features:                  %s\n", features);
@@ -268,6 +494,7 @@ int main(int argc, char **argv)
                ssg.lowest, ssg.highest);
         printf("  SGEMM 256x768x768, 1 thread:   %8.1f GFLOP/s [%.1f, %.1f]\n", ssp.median,
                ssp.lowest, ssp.highest);
+        mul_report(mp, repeats, 0);
     }
     free(buf);
     free(a);

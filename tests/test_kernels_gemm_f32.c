@@ -9,6 +9,8 @@
  *     0 and 1;
  *   - the same for quantized weights (Q8_0, Q4_K, Q6_K, Q4_0, Q5_K), dequantized into its
  *     panels, with K of several blocks;
+ *   - Q8_0 weights, packed from their blocks where they lie, give the very bits of the same
+ *     weights dequantized (q_dequant_row) and multiplied as F32;
  *   - declines other weight types, and K that is not a multiple of the block, without
  *     writing y.
  */
@@ -98,6 +100,37 @@ Test(kernels_gemm_f32, quantized_weights_equal_the_exact_product_of_their_values
     for (int ti = 0; ti < 5; ti++)
         for (size_t f = 0; f < sizeof fixed / sizeof fixed[0]; f++)
             trial(types[ti], fixed[f][0], fixed[f][1], fixed[f][2], f % 2 ? 1.0f : 0.0f);
+}
+
+Test(kernels_gemm_f32, q8_0_panels_equal_the_dequantized_f32_product_to_the_bit)
+{
+    if (!have()) return;
+    /* partial panels (N not a multiple of 8 or 16), several k blocks, K not a multiple of
+     * 256, M across tiles; beta 1 adds to y */
+    static const int shapes[][3] = {{64, 192, 768}, {37, 13, 288}, {73, 130, 1280}, {7, 5, 32}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        const size_t rb = q_row_bytes(Q_Q8_0, K);
+        float *x = malloc((size_t)M * K * sizeof(float)), *wf = malloc((size_t)N * K * 4);
+        float *yq = malloc((size_t)M * N * sizeof(float)), *yf = malloc((size_t)M * N * 4);
+        char *w = malloc((size_t)N * rb);
+        cr_assert(x && wf && yq && yf && w);
+        for (size_t i = 0; i < (size_t)M * K; i++) x[i] = rnd_float();
+        for (size_t i = 0; i < (size_t)N * K; i++) wf[i] = rnd_float();
+        for (size_t i = 0; i < (size_t)M * N; i++) yq[i] = yf[i] = rnd_float();
+        quantized_rows(Q_Q8_0, wf, w, N, K); /* wf: the rows as q_dequant_row gives them */
+        const float beta = s % 2 ? 1.0f : 0.0f;
+        cr_assert(gemm_f32(Q_Q8_0, M, N, K, x, K, w, rb, beta, yq, N));
+        cr_assert(gemm_f32(Q_F32, M, N, K, x, K, wf, (size_t)K * 4, beta, yf, N));
+        for (size_t i = 0; i < (size_t)M * N; i++)
+            cr_assert(memcmp(&yq[i], &yf[i], 4) == 0, "M %d N %d K %d: y[%zu] %.9g vs %.9g", M, N,
+                      K, i, yq[i], yf[i]);
+        free(x);
+        free(wf);
+        free(yq);
+        free(yf);
+        free(w);
+    }
 }
 
 Test(kernels_gemm_f32, declines_other_weight_types_without_writing)

@@ -1,14 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The quantized prefill tiles (kernels/cpu/quant_prefill.h), Q4_K and Q6_K, on a CPU where
- * they run (AVX2 without AVX-512 VNNI; elsewhere the tests say so and check only that they
- * decline):
- *   - equal the portable integer dots (8-bit activations per 32, the scalar reference of
- *     quant_kquants.c) within 1e-5 x sum_j |w_j x_j|, on odd row counts above
+ * The quantized prefill tiles (kernels/cpu/quant_prefill.h), Q4_K, Q6_K, Q4_0 and Q4_1, on a
+ * CPU where they run (AVX2 without AVX-512 VNNI; elsewhere the tests say so and check only
+ * that they decline):
+ *   - equal the portable integer dots (8-bit activations per 32, the scalar references of
+ *     quant_kquants.c and quant_unpack.c) within 1e-5 x sum_j |w_j x_j|, on odd row counts above
  *     Q_INT_MAX_ROWS (groups of 4 with every remainder), odd weight-row counts (panels of 8 with every remainder), K of one to
  *     five 256-element blocks, beta 0 and 1, rows of y strided (the padding never written);
  *   - the same on random bytes as weights (Q6_K: every scale, -128 too, and q - 32 = -32 with
- *     activations of +-127: the 16-bit sums at their largest);
+ *     activations of +-127: the 16-bit sums at their largest; Q4_0 every nibble 0, q - 8 =
+ *     -8, against activations of +127: its 16-bit sums at their largest, -32640);
  *   - give a row the same bits wherever it lies in a batch;
  *   - decline other weight types and activations prepared for another K without writing y.
  */
@@ -24,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Whether the tiles run on this CPU (they run Q4_K and Q6_K alike, or neither) */
+/* Whether the tiles run on this CPU (they run all four types alike, or none) */
 static bool have(int type)
 {
     if (q_prefill_runs(Q_Q4_K, Q_INT_MAX_ROWS + 1)) {
@@ -37,7 +38,8 @@ static bool have(int type)
     return false;
 }
 
-static bool random_blocks; /* weights(): random bytes instead of quantized floats */
+static bool random_blocks;  /* weights(): random bytes instead of quantized floats */
+static bool lowest_nibbles; /* weights() with random_blocks: Q4_0's and Q4_1's nibbles all 0 */
 
 /* n rows of k weights of `type`, from floats in [-1, 1) with a few large ones, or (with
  * random_blocks) random bytes with each block's f16 scales set to finite ones */
@@ -48,7 +50,16 @@ static char *weights(int type, int n, int k, float *wf)
     cr_assert(w);
     for (int i = 0; i < n; i++) {
         char *row = w + (size_t)i * rb;
-        if (random_blocks) {
+        if (random_blocks && (type == Q_Q4_0 || type == Q_Q4_1)) {
+            const size_t bb = rb / (size_t)(k / 32), h = type == Q_Q4_0 ? 2 : 4;
+            for (int b = 0; b < k / 32; b++) {
+                char *blk = row + (size_t)b * bb;
+                for (size_t j = h; j < bb; j++) blk[j] = lowest_nibbles ? 0 : (char)rnd();
+                uint16_t d = (uint16_t)(0x1000 + rnd() % 0x1000), mn = (uint16_t)(rnd() % 0x2000);
+                memcpy(blk, &d, 2);
+                if (type == Q_Q4_1) memcpy(blk + 2, &mn, 2); /* +-2^-8 at most, both signs */
+            }
+        } else if (random_blocks) {
             for (size_t j = 0; j < rb; j++) row[j] = (char)rnd();
             const size_t bb = rb / (size_t)(k / 256); /* Q4_K: d, dmin first; Q6_K: d last */
             for (int b = 0; b < k / 256; b++) {
@@ -86,7 +97,8 @@ static void trial(int type, int M, int N, int K, float beta)
     cr_assert(x && wf && y && ref && y0);
     for (size_t i = 0; i < (size_t)M * K; i++) x[i] = rnd_float();
     if (random_blocks) /* every block of 32 of every row at +-127 after quantizing */
-        for (size_t i = 0; i < (size_t)M * K; i++) x[i] = rnd() % 2 ? 1.0f : -1.0f;
+        for (size_t i = 0; i < (size_t)M * K; i++)
+            x[i] = lowest_nibbles || rnd() % 2 ? 1.0f : -1.0f;
     for (size_t i = 0; i < (size_t)M * ld_y; i++) y0[i] = y[i] = rnd_float();
     char *w = weights(type, N, K, wf);
     void *mem;
@@ -95,11 +107,21 @@ static void trial(int type, int M, int N, int K, float beta)
     /* the reference: the portable integer dots with the same activations, 8 bits per 32
      * (q_matmul's decode rows of Q4_K take Q8_K's blocks of 256 instead) */
     const size_t rb = q_row_bytes(type, K), nb = (size_t)K / 32;
-    qk_xdot_fn *const dot = type == Q_Q4_K ? qk_xdot_q4_k_portable : qk_xdot_q6_k_portable;
-    for (int m = 0; m < M; m++)
-        for (int n = 0; n < N; n++)
-            ref[(size_t)m * N + n] = dot(w + (size_t)n * rb, K, a->xq.q + (size_t)m * K,
-                                         a->xq.d + (size_t)m * nb, a->xq.s + (size_t)m * nb);
+    if (type == Q_Q4_0 || type == Q_Q4_1) /* quant_unpack.c's, one activation row at a time */
+        for (int m = 0; m < M; m++) {
+            const xq8 row = {.q = a->xq.q + (size_t)m * K,
+                             .d = a->xq.d + (size_t)m * nb,
+                             .s = a->xq.s + (size_t)m * nb,
+                             .s16 = a->xq.s16 + (size_t)m * 2 * nb};
+            qk_rows_unpacked_portable(type, w, N, K, &row, 1, 0.0f, ref + (size_t)m * N, N);
+        }
+    else {
+        qk_xdot_fn *const dot = type == Q_Q4_K ? qk_xdot_q4_k_portable : qk_xdot_q6_k_portable;
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++)
+                ref[(size_t)m * N + n] = dot(w + (size_t)n * rb, K, a->xq.q + (size_t)m * K,
+                                             a->xq.d + (size_t)m * nb, a->xq.s + (size_t)m * nb);
+    }
     for (int m = 0; m < M; m++)
         for (int n = 0; n < N; n++) {
             double mag = 0.0;
@@ -125,19 +147,22 @@ static void trial(int type, int M, int N, int K, float beta)
     free(y0);
 }
 
-static const int types[] = {Q_Q4_K, Q_Q6_K};
+static const int types[] = {Q_Q4_K, Q_Q6_K, Q_Q4_0, Q_Q4_1};
 
 Test(kernels_quant_prefill, equals_the_portable_integer_path_within_its_bound)
 {
     static const int Ms[] = {33, 34, 35, 36, 45, 70, 131};
     static const int Ns[] = {1, 7, 8, 9, 13, 67};
     static const int Ks[] = {256, 768, 1280};
+    static const int Ks32[] = {32, 96, 288}; /* the types of blocks of 32: not whole 256s */
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         if (!have(types[ti])) return;
+        const bool b32 = types[ti] == Q_Q4_0 || types[ti] == Q_Q4_1;
         int t = 0;
         for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
             for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++, t++)
-                trial(types[ti], Ms[mi], Ns[ni], Ks[t % 3], t % 2 ? 1.0f : 0.0f);
+                trial(types[ti], Ms[mi], Ns[ni], b32 && t % 2 ? Ks32[t % 3] : Ks[t % 3],
+                      t % 2 ? 1.0f : 0.0f);
         /* engine shapes: one worker's chunk of stories110M's FFN up- and down-projections */
         trial(types[ti], 256, 512, 768, 0.0f);
         trial(types[ti], 64, 384, 2048, 1.0f);
@@ -152,6 +177,9 @@ Test(kernels_quant_prefill, equals_the_portable_integer_path_on_random_blocks)
         trial(types[ti], 37, 19, 512, 0.0f);
         trial(types[ti], 33, 8, 2048, 1.0f);
     }
+    lowest_nibbles = true; /* Q4_0: q - 8 = -8 times +127 everywhere */
+    if (have(Q_Q4_0)) trial(Q_Q4_0, 35, 9, 512, 0.0f);
+    lowest_nibbles = false;
     random_blocks = false;
 }
 

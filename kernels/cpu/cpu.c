@@ -127,9 +127,9 @@ static void matmul_rows(int rows, const float *x, const q_xq *xq, eng_wmat wm, i
             return;
     }
     /* Quantized weights above the integer path's rows where it does not take every row count
-     * (AVX2 without AVX-512 VNNI): Q4_K and Q6_K in integer tiles (quant_prefill.h); the others
-     * dequantized into gemm_f32's panels once per block of k, not into float tiles that SGEMM
-     * packs again (perf/gemm_bench --prefill --type). */
+     * (AVX2 without AVX-512 VNNI): Q4_K, Q6_K, Q4_0 and Q4_1 in integer tiles (quant_prefill.h);
+     * the others dequantized into gemm_f32's panels once per block of k, not into float tiles
+     * that SGEMM packs again (perf/gemm_bench --prefill --type). */
     if (xq && q_prefill_runs(wm.type, rows) &&
         q_prefill_matmul(wm.type, (const char *)wm.data + (size_t)n0 * eng_wrow_bytes(wm.type, k),
                          n, k, xq, beta, y, ld_y))

@@ -16,6 +16,7 @@
 #include "kernels/cpu/gemm_f32.h"
 
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/quant_internal.h" /* blk_q8_0: Q8_0 rows are packed where they lie */
 
 #include <pthread.h>
 #include <stdint.h>
@@ -25,6 +26,7 @@
 #define WT_F32  0
 #define WT_F16  1
 #define WT_BF16 30
+#define WT_Q8_0 8 /* packed from its blocks directly, not through q_dequant_row */
 
 gemm_f32_mode gemm_f32_mode_get(void)
 {
@@ -120,6 +122,10 @@ static inline AVX2 float half_to_f32(int wtype, const void *row, int k)
         memcpy(&f, &u, 4);
         return f;
     }
+    case WT_Q8_0: { /* d x q, as qk_dequant_q8_0 */
+        const blk_q8_0 *b = (const blk_q8_0 *)row + k / 32;
+        return _cvtsh_ss(b->d) * (float)b->qs[k % 32];
+    }
     default: return ((const float *)row)[k];
     }
 }
@@ -133,6 +139,12 @@ static inline __attribute__((always_inline)) AVX2 __m256 load8(int wtype, const 
         __m256i v =
             _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + k)));
         return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    }
+    if (wtype == WT_Q8_0) { /* k a multiple of 8: within one block; d x q as qk_dequant_q8_0 */
+        const blk_q8_0 *b = (const blk_q8_0 *)row + k / 32;
+        const __m128i q8 = _mm_loadl_epi64((const __m128i *)(b->qs + k % 32));
+        return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b->d)),
+                             _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)));
     }
     return _mm256_loadu_ps((const float *)row + k);
 }
@@ -187,7 +199,9 @@ pack_panel_t(int wtype, const char *w, size_t rb, int nr, int k0, int kc, float 
 }
 
 /* Quantized weights: the panel's rows dequantized (whole blocks: k0 and kc are multiples of
- * the block), then packed as F32 rows kc floats long. */
+ * the block), then packed as F32 rows kc floats long; Q8_0 straight from its blocks (d x q
+ * converted 8 at a time as the rows are transposed: the same floats, without the round trip
+ * through scratch, which cost 7-13% of a 768-wide product at 256 rows). */
 static AVX2 void pack_panel(int wtype, const char *w, size_t rb, int nr, int k0, int kc, float *out,
                             float *scratch)
 {
@@ -195,6 +209,7 @@ static AVX2 void pack_panel(int wtype, const char *w, size_t rb, int nr, int k0,
     case WT_F16: pack_panel_t(WT_F16, w, rb, nr, k0, kc, out); break;
     case WT_BF16: pack_panel_t(WT_BF16, w, rb, nr, k0, kc, out); break;
     case WT_F32: pack_panel_t(WT_F32, w, rb, nr, k0, kc, out); break;
+    case WT_Q8_0: pack_panel_t(WT_Q8_0, w, rb, nr, k0, kc, out); break;
     default: {
         const int be = q_block_elems(wtype);
         const size_t at = (size_t)(k0 / be) * q_row_bytes(wtype, be);

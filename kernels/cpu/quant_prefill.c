@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kernels/cpu/quant_prefill.c — Q4_K and Q6_K weights times many activation rows in
- * integers, AVX2 (see quant_prefill.h for the contract).
+ * kernels/cpu/quant_prefill.c — Q4_K, Q6_K, Q4_0 and Q4_1 weights times many activation rows
+ * in integers, AVX2 (see quant_prefill.h for the contract).
  *
  * A panel of PN = 8 weight rows is unpacked once per product into this thread's buffer, block
  * of 32 by block: q[b][g][i][0..3] = bytes 4g..4g+3 of block b of weight row i (0..15), with
@@ -21,8 +21,8 @@
  * the float panels at M = 256 against 1.20-1.22x.)
  *
  * Measured against gemm_f32's float panels and the SGEMM path before them in
- * perf/gemm_bench --prefill --type Q4_K|Q6_K (docs/results/2026-12-06-quantized-prefill.md,
- * docs/results/2026-12-06-quant-tiles-decode.md).
+ * perf/gemm_bench --prefill --type Q4_K|Q6_K|Q4_0|Q4_1
+ * (docs/results/2026-12-06-quantized-prefill.md, docs/results/2026-12-06-quant-tiles-decode.md).
  */
 #include "kernels/cpu/quant_prefill.h"
 
@@ -35,10 +35,15 @@
 #define PN 8 /* weight rows per panel (the 8 lanes) */
 #define PM 4 /* activation rows per tile */
 
+static inline bool tiled_type(int type)
+{
+    return type == Q_Q4_K || type == Q_Q6_K || type == Q_Q4_0 || type == Q_Q4_1;
+}
+
 bool q_prefill_runs(int type, int rows)
 {
 #if QK_X86
-    return (type == Q_Q4_K || type == Q_Q6_K) && rows > Q_INT_MAX_ROWS && q_isa() == Q_ISA_AVX2 &&
+    return tiled_type(type) && rows > Q_INT_MAX_ROWS && q_isa() == Q_ISA_AVX2 &&
            gemm_f32_mode_get() == GEMM_F32_AUTO;
 #else
     (void)type, (void)rows;
@@ -159,18 +164,26 @@ SIMD static void pack_q4_k(const char *w, size_t rb, int m, int64_t nb32, uint8_
 
 /* ---- the tile: R (<= PM) activation rows x PN weight rows -------------------------------- */
 
+/* Q4_K, Q4_1: unsigned weights (0..15) times signed activations; Q4_0 (q40): the activations
+ * + 128 (1..255, unsigned) times q - 8 (-8..7): a 16-bit lane takes two products of at most
+ * 255 x 8 a step, eight steps a block (32640: no overflow); then the block's correction
+ * (-128 x its sum of q - 8) is added in integers, and there are no minimums. */
 #define STEP(r)                                                                                    \
     if (R > r) {                                                                                   \
         int32_t xv;                                                                                \
         memcpy(&xv, x##r + 4 * g, 4);                                                              \
-        s##r = _mm256_add_epi16(s##r, _mm256_maddubs_epi16(wv, _mm256_set1_epi32(xv)));            \
+        const __m256i xb = _mm256_set1_epi32(xv);                                                  \
+        s##r = _mm256_add_epi16(s##r, q40 ? _mm256_maddubs_epi16(xb, wv)                           \
+                                          : _mm256_maddubs_epi16(wv, xb));                         \
     }
 #define FINISH(r)                                                                                  \
     if (R > r) {                                                                                   \
-        const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s##r, ones));                        \
+        __m256i si = _mm256_madd_epi16(s##r, ones);                                                \
+        if (q40) si = _mm256_add_epi32(si, _mm256_load_si256((const __m256i *)(mn + b * PN)));     \
+        const __m256 f = _mm256_cvtepi32_ps(si);                                                   \
         c##r =                                                                                     \
             _mm256_fmadd_ps(f, _mm256_mul_ps(sv, _mm256_set1_ps(dx[(size_t)(r)*nb32 + b])), c##r); \
-        c##r = _mm256_fnmadd_ps(mv, _mm256_set1_ps(xs[(size_t)(r)*nb32 + b]), c##r);               \
+        if (!q40) c##r = _mm256_fnmadd_ps(mv, _mm256_set1_ps(xs[(size_t)(r)*nb32 + b]), c##r);     \
     }
 #define STORE(r)                                                                                   \
     if (R > r) {                                                                                   \
@@ -182,10 +195,12 @@ SIMD static void pack_q4_k(const char *w, size_t rb, int m, int64_t nb32, uint8_
             for (int i = 0; i < m; i++) yr[i] = beta == 0.0f ? t[i] : beta * yr[i] + t[i];         \
     }
 
+/* sc, mn: per block the 8 rows' scales and minimums (Q4_0: scales and int32 corrections);
+ * xq: the activation rows (Q4_0: + 128) */
 SIMD static inline __attribute__((always_inline)) void
-tile_q4_k(const int R, const uint8_t *q, const float *sc, const float *mn, int64_t nb32,
-          const int8_t *xq, int64_t k, const float *dx, const float *xs, float beta, float *y,
-          int ld_y, int m)
+tile_q4_k(const int R, const bool q40, const uint8_t *q, const float *sc, const float *mn,
+          int64_t nb32, const int8_t *xq, int64_t k, const float *dx, const float *xs, float beta,
+          float *y, int ld_y, int m)
 {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
@@ -214,17 +229,23 @@ tile_q4_k(const int R, const uint8_t *q, const float *sc, const float *mn, int64
     STORE(3)
 }
 
-SIMD static void tile_rows(int R, const uint8_t *q, const float *sc, const float *mn, int64_t nb32,
-                           const int8_t *xq, int64_t k, const float *dx, const float *xs,
-                           float beta, float *y, int ld_y, int m)
+#define TILE(R, q40) tile_q4_k(R, q40, q, sc, mn, nb32, xq, k, dx, xs, beta, y, ld_y, m)
+SIMD static void tile_rows(int R, bool q40, const uint8_t *q, const float *sc, const float *mn,
+                           int64_t nb32, const int8_t *xq, int64_t k, const float *dx,
+                           const float *xs, float beta, float *y, int ld_y, int m)
 {
-    switch (R) {
-    case 4: tile_q4_k(4, q, sc, mn, nb32, xq, k, dx, xs, beta, y, ld_y, m); break;
-    case 3: tile_q4_k(3, q, sc, mn, nb32, xq, k, dx, xs, beta, y, ld_y, m); break;
-    case 2: tile_q4_k(2, q, sc, mn, nb32, xq, k, dx, xs, beta, y, ld_y, m); break;
-    default: tile_q4_k(1, q, sc, mn, nb32, xq, k, dx, xs, beta, y, ld_y, m); break;
+    switch (R * 2 + q40) {
+    case 9: TILE(4, true); break;
+    case 8: TILE(4, false); break;
+    case 7: TILE(3, true); break;
+    case 6: TILE(3, false); break;
+    case 5: TILE(2, true); break;
+    case 4: TILE(2, false); break;
+    case 3: TILE(1, true); break;
+    default: TILE(1, false); break;
     }
 }
+#undef TILE
 
 /* ---- Q6_K: the same panels, 6-bit weights with their 16-element scales in integers ------- */
 
@@ -357,41 +378,91 @@ SIMD static void tile_rows6(int R, const uint8_t *q, const int16_t *sc, const fl
     }
 }
 
+/* ---- Q4_0 and Q4_1: blocks of 32 with one scale -------------------------------------------- */
+
+/* The m (<= PN) rows at w of Q4_0 or Q4_1 (blocks of 32: f16 d [, f16 m], 16 bytes of
+ * nibbles, elements 0-15 low, 16-31 high) unpacked as pack_q4_k lays them out: q[nb32][8][32].
+ * Q4_1: the nibbles 0..15 (unsigned, as Q4_K's), f1 = d, f2 = -m per block and row (the
+ * Q4_K tile adds -f2 x the activations' sums). Q4_0: q - 8 (-8..7, signed, as Q6_K's against
+ * the activations + 128), f1 = d, corr = -128 x the block's sum of q - 8. */
+SIMD static void pack_q4_32(int type, const char *w, size_t rb, int m, int64_t nb32, uint8_t *q,
+                            float *f1, float *f2, int32_t *corr)
+{
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const __m256i eight = _mm256_set1_epi8(8), zero = _mm256_setzero_si256();
+    const size_t bb = type == Q_Q4_0 ? sizeof(blk_q4_0) : sizeof(blk_q4_1);
+    const char *row[PN];
+    for (int i = 0; i < PN; i++) row[i] = w + (size_t)(i < m ? i : m - 1) * rb;
+    for (int64_t b = 0; b < nb32; b++) {
+        __m256i v[PN], t[8];
+        for (int i = 0; i < PN; i++) {
+            const char *blk = row[i] + (size_t)b * bb;
+            uint16_t h[2];
+            memcpy(h, blk, type == Q_Q4_0 ? 2 : 4);
+            const __m128i raw = _mm_loadu_si128((const __m128i *)(blk + (type == Q_Q4_0 ? 2 : 4)));
+            const __m256i u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m4),
+                                               _mm_and_si128(raw, m4)); /* 0..15 */
+            f1[b * PN + i] = _cvtsh_ss(h[0]);
+            if (type == Q_Q4_1) {
+                f2[b * PN + i] = -_cvtsh_ss(h[1]);
+                v[i] = u;
+            } else {
+                int64_t sums[4];
+                _mm256_storeu_si256((__m256i *)sums, _mm256_sad_epu8(u, zero));
+                corr[b * PN + i] = -128 * ((int)(sums[0] + sums[1] + sums[2] + sums[3]) - 32 * 8);
+                v[i] = _mm256_sub_epi8(u, eight);
+            }
+        }
+        transpose8(v, t);
+        uint8_t *qb = q + (size_t)b * 256;
+        for (int g = 0; g < 8; g++) _mm256_store_si256((__m256i *)(qb + 32 * g), t[g]);
+    }
+}
+
 bool q_prefill_matmul(int type, const void *w, int n, int k, const q_xq *a, float beta, float *y,
                       int ld_y)
 {
-    if ((type != Q_Q4_K && type != Q_Q6_K) || !a || a->k != k || a->isa < Q_ISA_AVX2 || k % QK_K)
+    const bool k_type = type == Q_Q4_K || type == Q_Q6_K;
+    if (!tiled_type(type) || !a || a->k != k || a->isa < Q_ISA_AVX2 || k % (k_type ? QK_K : 32))
         return false;
     const int64_t nb32 = k / 32;
     const int rows = a->rows;
-    /* per block of 32: 256 bytes of weights, then Q4_K's scales and minimums (2 x 8 floats)
-     * or Q6_K's 16-bit scales (2 x 16), d (8 floats) and corrections (8 int32); Q6_K's
-     * activations follow, + 128 */
-    const size_t extra = type == Q_Q4_K ? 2 * PN * sizeof(float) : 64 + 2 * PN * sizeof(float);
+    /* per block of 32: 256 bytes of weights, then Q4_K's and Q4_1's scales and minimums
+     * (2 x 8 floats), Q4_0's d and corrections (8 floats, 8 int32), or Q6_K's 16-bit scales
+     * (2 x 16), d (8 floats) and corrections (8 int32); Q6_K's and Q4_0's activations
+     * follow, + 128 */
+    const size_t extra = type == Q_Q6_K ? 64 + 2 * PN * sizeof(float) : 2 * PN * sizeof(float);
     const size_t panel = (size_t)nb32 * (256 + extra);
-    uint8_t *q = panel_get(panel + (type == Q_Q6_K ? (size_t)rows * k : 0));
+    const bool plus = type == Q_Q6_K || type == Q_Q4_0;
+    uint8_t *q = panel_get(panel + (plus ? (size_t)rows * k : 0));
     if (!q) return false;
     float *sc = (float *)(q + (size_t)nb32 * 256), *mn = sc + (size_t)nb32 * PN;
+    int32_t *corr40 = (int32_t *)mn; /* Q4_0: the corrections where Q4_K has its minimums */
     int16_t *sc6 = (int16_t *)(q + (size_t)nb32 * 256);
     float *dw6 = (float *)(sc6 + (size_t)nb32 * 32);
     int32_t *corr6 = (int32_t *)(dw6 + (size_t)nb32 * PN);
     uint8_t *xu = q + panel;
-    if (type == Q_Q6_K) plus128(a->xq.q, (size_t)rows * k, xu);
+    if (plus) plus128(a->xq.q, (size_t)rows * k, xu);
     const size_t rb = q_row_bytes(type, k);
     for (int i0 = 0; i0 < n; i0 += PN) {
         const int m = n - i0 < PN ? n - i0 : PN;
         const char *wi = (const char *)w + (size_t)i0 * rb;
         if (type == Q_Q4_K)
             pack_q4_k(wi, rb, m, nb32, q, sc, mn);
-        else
+        else if (type == Q_Q6_K)
             pack_q6_k(wi, rb, m, nb32, q, sc6, dw6, corr6);
+        else
+            pack_q4_32(type, wi, rb, m, nb32, q, sc, mn, corr40);
         for (int r0 = 0; r0 < rows; r0 += PM) {
             const int R = rows - r0 < PM ? rows - r0 : PM;
             const float *dx = a->xq.d + (size_t)r0 * nb32;
             float *yr = y + (size_t)r0 * ld_y + i0;
-            if (type == Q_Q4_K)
-                tile_rows(R, q, sc, mn, nb32, a->xq.q + (size_t)r0 * k, k, dx,
+            if (type == Q_Q4_K || type == Q_Q4_1)
+                tile_rows(R, false, q, sc, mn, nb32, a->xq.q + (size_t)r0 * k, k, dx,
                           a->xq.s + (size_t)r0 * nb32, beta, yr, ld_y, m);
+            else if (type == Q_Q4_0) /* x + 128 times q - 8 (-8..7): see tile_q4_k */
+                tile_rows(R, true, q, sc, mn, nb32, (const int8_t *)(xu + (size_t)r0 * k), k, dx,
+                          NULL, beta, yr, ld_y, m);
             else
                 tile_rows6(R, q, sc6, dw6, corr6, nb32, xu + (size_t)r0 * k, k, dx, beta, yr, ld_y,
                            m);

@@ -1,17 +1,23 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kernels/cpu/quant_prefill.h — Q4_K and Q6_K weights times many activation rows (prefill) in
- * integers on AVX2, where quant.h's integer path stops (above Q_INT_MAX_ROWS rows without
- * AVX-512 VNNI).
+ * kernels/cpu/quant_prefill.h — Q4_K, Q6_K, Q4_0 and Q4_1 weights times many activation rows
+ * (prefill) in integers on AVX2, where quant.h's integer path stops (above Q_INT_MAX_ROWS rows
+ * without AVX-512 VNNI).
  *
  * The activation rows are quantized once to 8 bits per 32 elements (q_xq, as the integer path
  * of quant.h: the same rounding, so the same error bound against the exact product), the
  * weights of a panel of 8 rows are unpacked once to bytes, transposed so that one vector holds
  * 4 consecutive bytes of each of the 8 rows, and reused for every activation row: per 4 bytes
  * of k, one maddubs per activation row, its 16-bit sums added in registers over a block of 32
- * (Q4_K's 4-bit weights) or of 8 (Q6_K's 6-bit ones against the activations + 128, then one
- * madd with the 16-element scale): neither can overflow them; then one conversion and the
- * block's scales in float.
+ * (Q4_K's and Q4_1's 4-bit weights; Q4_0's q - 8 against the activations + 128) or of 8
+ * (Q6_K's 6-bit ones against the activations + 128, then one madd with the 16-element scale):
+ * none can overflow them; then one conversion and the block's scales in float.
+ *
+ * Why only these: on AVX2 cores that split 256-bit ops (Zen 1) a signed 8 x 8-bit dot
+ * (maddubs, then madd to 32 bits after every maddubs: two products already fill 16 bits)
+ * gives no more products per cycle than FMA (perf/machine_probe --mul: 7.7-7.9 against
+ * 7.9-8.1), so Q8_0 stays on gemm_f32's float panels; 4-bit weights let one madd serve eight
+ * maddubs.
  *
  * Within 1e-5 x sum_j |w_j x_j| of the portable integer path (another order of the float
  * steps), and a row's results do not depend on the rows beside it. RINGLM_PREFILL_GEMM=own or
@@ -25,8 +31,8 @@
 #include <stdbool.h>
 
 /* Whether q_prefill_matmul runs `rows` activation rows of weights of `type` on this CPU
- * (Q4_K and Q6_K on AVX2 without AVX-512 VNNI, above Q_INT_MAX_ROWS rows, unless the mode
- * says not). */
+ * (Q4_K, Q6_K, Q4_0 and Q4_1 on AVX2 without AVX-512 VNNI, above Q_INT_MAX_ROWS rows, unless
+ * the mode says not). */
 bool q_prefill_runs(int type, int rows);
 
 /*
@@ -34,7 +40,8 @@ bool q_prefill_runs(int type, int rows);
  * elements of `type`, a the activation rows quantized by q_xq_prepare (k elements each), y rows
  * ld_y floats apart, beta 0 or 1. Single-threaded (callers split n). Returns false, having
  * written nothing, where it does not run (another type or instruction set, a prepared for
- * another k or instruction set, no memory for its panel).
+ * another k or instruction set, no memory for its panel). k: a multiple of 256 for Q4_K and
+ * Q6_K, of 32 for Q4_0 and Q4_1.
  */
 bool q_prefill_matmul(int type, const void *w, int n, int k, const q_xq *a, float beta, float *y,
                       int ld_y);
