@@ -19,17 +19,9 @@
 #include "sim/service.h"
 #include "sim/trace.h"
 #include "tests/helpers.h"
+#include "tests/sim_test_util.h"
 
 /* ---- helpers -------------------------------------------------------------------------------- */
-
-static sched_policy *policy_text(const char *text)
-{
-    sched_policy *p = NULL;
-    sched_policy_error e = {0};
-    int rc = sched_policy_parse(text, &p, &e);
-    cr_assert_eq(rc, 0, "policy: line %d: %s", e.line, e.reason);
-    return p;
-}
 
 static sched_policy *policy_file(const char *name)
 {
@@ -42,21 +34,6 @@ static sched_policy *policy_file(const char *name)
     fclose(f);
     buf[n] = 0;
     return policy_text(buf);
-}
-
-/* A service model whose numbers are easy to add up by hand. */
-static void toy_service(sim_service *s)
-{
-    sim_service_default(s);
-    s->builtin = false;
-    s->base_us = 1000;
-    s->per_prefill_token_us = 10;
-    s->per_decode_seq_us = 100;
-    s->per_context_token_us = 0;
-    s->kv_block_size = 16;
-    s->kv_blocks_device = 1000;
-    s->kv_blocks_host = 0;
-    s->host.present = false;
 }
 
 static void add(sim_trace *t, int64_t at, uint32_t prompt, uint32_t out, int64_t cancel)

@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/sim_test_util.h — what the simulator suites (tests/test_sim_*.c) share (header only,
+ * like engine_test_util.h): a policy from its text, a service model whose numbers add up by
+ * hand, ringlm-sim run as a program and its JSON report, a shell command's output.
+ */
+#ifndef RINGLM_TESTS_SIM_TEST_UTIL_H
+#define RINGLM_TESTS_SIM_TEST_UTIL_H
+
+#include "sched/sched.h"
+#include "sim/service.h"
+
+#include <criterion/criterion.h>
+
+/* The policy written in text; the test fails, naming the line, when it does not parse. */
+static inline sched_policy *policy_text(const char *text)
+{
+    sched_policy *p = NULL;
+    sched_policy_error e = {0};
+    cr_assert_eq(sched_policy_parse(text, &p, &e), 0, "policy line %d: %s", e.line, e.reason);
+    return p;
+}
+
+/* A service model whose numbers are easy to add up by hand: 1 ms a step, 10 µs a prefill
+ * token, 100 µs a decoding sequence, nothing per context token; 1000 device blocks of 16
+ * tokens, no host tier. The rest as sim_service_default. */
+static inline void toy_service(sim_service *s)
+{
+    sim_service_default(s);
+    s->builtin = false;
+    s->base_us = 1000;
+    s->per_prefill_token_us = 10;
+    s->per_decode_seq_us = 100;
+    s->per_context_token_us = 0;
+    s->kv_block_size = 16;
+    s->kv_blocks_device = 1000;
+    s->kv_blocks_host = 0;
+    s->host.present = false;
+}
+
+#endif
