@@ -11,6 +11,12 @@
 #include "sim/service.h"
 
 #include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include "tests/helpers.h"
 
 /* The policy written in text; the test fails, naming the line, when it does not parse. */
 static inline sched_policy *policy_text(const char *text)
@@ -36,6 +42,24 @@ static inline void toy_service(sim_service *s)
     s->kv_blocks_device = 1000;
     s->kv_blocks_host = 0;
     s->host.present = false;
+}
+
+/* ringlm-sim with args and --json: its one JSON object (json_decref it); the test fails
+ * unless it exits 0 and prints one. */
+static inline json_t *sim_json(const char *args)
+{
+    char *sim = th_program("ringlm-sim");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s %s --json", sim, args);
+    free(sim);
+    FILE *f = popen(cmd, "r");
+    cr_assert_not_null(f, "%s", cmd);
+    json_error_t e;
+    json_t *j = json_loadf(f, 0, &e);
+    int st = pclose(f);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: exit status %#x", cmd, st);
+    cr_assert_not_null(j, "%s: not one JSON object (%s at line %d)", cmd, e.text, e.line);
+    return j;
 }
 
 #endif

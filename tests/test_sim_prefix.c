@@ -34,24 +34,6 @@ static void run(const sim_trace *t, const sched_policy *p, const sim_service *sv
     cr_assert_eq(out->still_live, 0);
 }
 
-/* ringlm-sim with args and --json: its one JSON object (the test fails unless it exits 0 and
- * prints one). */
-static json_t *sim_json(const char *args)
-{
-    char *sim = th_program("ringlm-sim");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s %s --json", sim, args);
-    free(sim);
-    FILE *f = popen(cmd, "r");
-    cr_assert_not_null(f, "%s", cmd);
-    json_error_t e;
-    json_t *j = json_loadf(f, 0, &e);
-    int st = pclose(f);
-    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: exit status %#x", cmd, st);
-    cr_assert_not_null(j, "%s: not one JSON object (%s at line %d)", cmd, e.text, e.line);
-    return j;
-}
-
 /* ringlm-sim with args (they end in a redirection of its stderr, if any): its exit status. */
 static int sim_status(const char *args)
 {
