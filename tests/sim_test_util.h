@@ -62,4 +62,27 @@ static inline json_t *sim_json(const char *args)
     return j;
 }
 
+/* The shell command cmd run to its end: its stdout to *out (malloc'd, free it); returns its
+ * exit status (-1: it did not exit). */
+static inline int run_shell(const char *cmd, char **out)
+{
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    size_t cap = 1 << 16, len = 0, got;
+    char *b = malloc(cap);
+    cr_assert_not_null(b);
+    while ((got = fread(b + len, 1, cap - len - 1, p)) > 0) {
+        len += got;
+        if (cap - len < 1024) {
+            cap *= 2;
+            b = realloc(b, cap);
+            cr_assert_not_null(b);
+        }
+    }
+    b[len] = 0;
+    *out = b;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 #endif

@@ -541,26 +541,6 @@ Test(sim_engine, daemon_rejects_in_a_native_trace_are_replayed_and_reported)
 
 /* ---- the program ----------------------------------------------------------------------------- */
 
-static int sh(const char *cmd, char **out)
-{
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    size_t cap = 1 << 16, len = 0;
-    char *b = malloc(cap);
-    size_t got;
-    while ((got = fread(b + len, 1, cap - len - 1, p)) > 0) {
-        len += got;
-        if (cap - len < 1024) {
-            cap *= 2;
-            b = realloc(b, cap);
-        }
-    }
-    b[len] = 0;
-    *out = b;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 Test(sim_cli, json_csv_plot_and_compare)
 {
     char prog[512];
@@ -574,7 +554,7 @@ Test(sim_cli, json_csv_plot_and_compare)
         "%s --workload two-tenants --param duration=10 --policy sim/policies/token-budget.policy "
         "--json --csv %s/csv --plot %s/plot --decision-log %s/dec.jsonl 2>%s/stderr",
         prog, dir, dir, dir, dir);
-    int rc = sh(cmd, &out);
+    int rc = run_shell(cmd, &out);
     cr_assert_eq(rc, 0, "%s\n%s", cmd, out);
     json_error_t je;
     json_t *j = json_loads(out, 0, &je);
@@ -606,7 +586,7 @@ Test(sim_cli, json_csv_plot_and_compare)
         "%s --workload long-prompt --param duration=10 --policy sim/policies/token-budget.policy "
         "--policy sim/policies/fcfs.policy --plot %s/cmp 2>&1",
         prog, dir);
-    rc = sh(cmd, &out);
+    rc = run_shell(cmd, &out);
     cr_expect_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "token-budget") && strstr(out, "fcfs") && strstr(out, "verdict"), "%s",
               out);
@@ -620,7 +600,7 @@ Test(sim_cli, json_csv_plot_and_compare)
         }
     }
     snprintf(cmd, sizeof cmd, "%s --trace /nonexistent.csv 2>&1", prog);
-    rc = sh(cmd, &out);
+    rc = run_shell(cmd, &out);
     cr_expect_neq(rc, 0);
     cr_expect(strstr(out, "/nonexistent.csv") != NULL, "%s", out);
     free(out);
