@@ -212,15 +212,6 @@ void adm_on_request(svc *s, dsess *ds, const struct ringlm_wire_parsed *rec, con
         reject_now(s, r, SCHED_REJECT_BAD_PARAMS, why);
         return;
     }
-    if (n_samples > 1 && eng_kv_rings(s->engine)) {
-        /* the samples would share the prompt's blocks, but not its window ring */
-        snprintf(why, sizeof why,
-                 "n %u: this model keeps its windowed layers in window rings, and samples "
-                 "sharing one prompt are not built for them yet; ask n = 1",
-                 n_samples);
-        reject_now(s, r, SCHED_REJECT_BAD_PARAMS, why);
-        return;
-    }
     if (samples_oom) {
         reject_now(s, r, SCHED_REJECT_INTERNAL, "out of memory");
         return;

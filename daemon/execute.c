@@ -30,7 +30,8 @@ int exec_init(svc *s)
     s->ex.results = calloc(S, sizeof(sched_result));
     s->ex.fork_id = calloc(S, sizeof(uint64_t));
     s->ex.fork_n = calloc(S, sizeof(uint32_t));
-    if (!s->ex.fork_id || !s->ex.fork_n) return -ENOMEM;
+    s->ex.fork_ring = calloc(S, sizeof(uint32_t));
+    if (!s->ex.fork_id || !s->ex.fork_n || !s->ex.fork_ring) return -ENOMEM;
     if (!s->ex.b_out || !s->ex.b_samp || !s->ex.b_rng || !s->ex.b_req || !s->ex.b_prompt_pos ||
         !s->ex.b_res || !s->ex.b_want || !s->ex.b_lp || !s->ex.results)
         return -ENOMEM;
@@ -52,8 +53,10 @@ void exec_free(svc *s)
     free(s->ex.b_lp);
     free(s->ex.fork_id);
     free(s->ex.fork_n);
+    free(s->ex.fork_ring);
     s->ex.fork_id = NULL;
     s->ex.fork_n = NULL;
+    s->ex.fork_ring = NULL;
     s->ex.b_prompt_pos = s->ex.b_res = NULL;
     s->ex.b_want = NULL;
     s->ex.b_lp = NULL;
@@ -75,6 +78,57 @@ static uint32_t prompt_lp_rows(const svc_req *r, const sched_entry *e)
     return end > first ? end - first : 0;
 }
 
+/* ---- n samples on window rings ------------------------------------------------------
+ *
+ * The samples of one prompt share its global blocks (the prefix cache, copy-on-write), but
+ * each runs on a ring of its own, which must start as the leader's did when the prompt was
+ * computed: positions the sample's first windows read lie there and nowhere else. The
+ * leader's ring is copied once, right after the batch that computed the prompt's last row
+ * (the fork), and each sample's first entry copies it into the ring the scheduler gave it —
+ * the leader goes on meanwhile, writing over its own ring, or may be gone. A ring is small
+ * (one window and a chunk of the windowed layers); the copy is freed with its last sample's
+ * first entry (or end). Every position a sample reads is one it wrote or one below the
+ * prompt's end, which the copy holds. */
+struct svc_ring_copy {
+    uint32_t refs;
+    size_t bytes;
+    unsigned char data[];
+};
+
+void exec_ring_copy_put(struct svc_ring_copy *c)
+{
+    if (c && !--c->refs) free(c);
+}
+
+/* After the batch ran: each leader it forked gives its samples a copy of its ring. */
+static void copy_fork_rings(svc *s)
+{
+    const size_t bytes = eng_kv_ring_bytes(s->engine);
+    for (uint32_t f = 0; f < s->ex.n_forks; f++) {
+        const void *ring = eng_kv_ring_ptr(s->engine, (int)s->ex.fork_ring[f]);
+        struct svc_ring_copy *c = ring ? malloc(sizeof *c + bytes) : NULL;
+        if (c) {
+            c->refs = 0;
+            c->bytes = bytes;
+            memcpy(c->data, ring, bytes);
+        }
+        for (uint32_t i = 0; i < s->ex.fork_n[f]; i++) {
+            svc_req *k = req_find(s, s->ex.fork_id[f] + i);
+            if (!k || req_state_ended(k->state)) continue;
+            if (!c) { /* it could not start where its leader's prompt left the ring */
+                svc_log("request %llu: no copy of its leader's window ring (%s); it fails",
+                        (unsigned long long)k->id, ring ? "out of memory" : "no ring");
+                req_cancel(s, k, SCHED_CANCEL_ENGINE_ERROR, RINGLM_WIRE_R_ERROR,
+                           RINGLM_WIRE_R_INTERNAL);
+                continue;
+            }
+            k->ring_copy = c;
+            c->refs++;
+        }
+        if (c && !c->refs) free(c);
+    }
+}
+
 /* r (a leader whose first token this entry samples) forks its other samples: each draws
  * its first token from the same logits row — a repeat of it, with the sample's own seed,
  * processors and log-probabilities — when the batch has the rows for it and the entry is a
@@ -91,6 +145,7 @@ static int fork_samples(svc *s, svc_req *r, const sched_entry *e, int L, bool *a
     }
     r->forked = true;
     s->ex.fork_id[s->ex.n_forks] = r->id + 1;
+    s->ex.fork_ring[s->ex.n_forks] = e->ring;
     s->ex.fork_n[s->ex.n_forks++] = r->n_samples - 1;
     if (!live || e->n_tokens < 2 || eng_bb_repeat_logits(&s->ex.bb, live) < 0) return 0;
     int added = 0;
@@ -173,6 +228,13 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
                        RINGLM_WIRE_R_INTERNAL);
             continue;
         }
+        if (r && r->ring_copy && !req_state_ended(r->state) && e->ring != SCHED_BLOCK_NONE) {
+            /* a sample's first entry: its ring starts as its leader's at the fork */
+            void *ring = eng_kv_ring_ptr(s->engine, (int)e->ring);
+            if (ring) memcpy(ring, r->ring_copy->data, r->ring_copy->bytes);
+            exec_ring_copy_put(r->ring_copy);
+            r->ring_copy = NULL;
+        }
         /* The scheduler's block ids are the engine's (int32 in the engine's table). */
         if (!r || req_state_ended(r->state) || e->n_tokens == 0 ||
             e->start_pos + e->n_tokens > known ||
@@ -251,6 +313,7 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
         }
         return 0;
     }
+    if (s->ex.rings) copy_fork_rings(s);
     /* Logits rows in order: a sequence's prompt rows, then its sampled row. */
     for (int li = 0; li < L; li++) {
         svc_req *r = s->ex.b_req[li];

@@ -90,6 +90,7 @@ void req_free_all(svc *s)
         while (r) {
             svc_req *n = r->h_next;
             cn_release(s, r);
+            exec_ring_copy_put(r->ring_copy);
             free(r->tokens);
             lpq_free(&r->lpq);
             eng_lp_free(r->lp);
@@ -251,6 +252,7 @@ static void req_log_and_free(svc *s, svc_req *r)
     req_hash_del(s, r);
     s->rq.live--;
     cn_release(s, r);
+    exec_ring_copy_put(r->ring_copy);
     free(r->tokens);
     lpq_free(&r->lpq);
     eng_lp_free(r->lp);

@@ -419,9 +419,10 @@ int svc_create(const svc_config *cfg, svc **out)
      * in a ring per running sequence, its blocks the global layers' only (eng_options
      * .kv_rings). A swap moves a sequence's ring beside its blocks (transfers.c), only
      * its last window whatever its length. A ring holds the last window of one sequence
-     * and nothing else, so what would share one across sequences is off: the prefix cache
-     * (a hit would need the window's ring of the cached prompt) and n > 1 samples
-     * (admission.c). */
+     * and nothing else: n > 1 samples share the prompt's global blocks through the prefix
+     * cache, each on a ring of its own copied from the leader's at the fork (execute.c); the
+     * cache serves them only (sched_config.window_rings: a hit of another request would need
+     * the ring of the cached prompt's last window). */
     const bool cpu_backend = !s->cfg.backend || !strcmp(s->cfg.backend, "cpu");
     int kv_rings = 0;
     /* the most rows one sequence brings to a batch: a prefill chunk in token-budget mode
@@ -443,7 +444,6 @@ int svc_create(const svc_config *cfg, svc **out)
         if (kv_rings > (int)pc->max_active_seqs) kv_rings = (int)pc->max_active_seqs;
         if (kv_rings < 1) kv_rings = 1;
         if (cfg->kv_rings) kv_rings = cfg->kv_rings;
-        s->cfg.no_prefix_cache = true;
     }
     eng_options eo = {.backend = s->cfg.backend,
                       .n_threads = cfg->threads > 0 ? cfg->threads : 1,
@@ -508,7 +508,8 @@ int svc_create(const svc_config *cfg, svc **out)
         for (int l = 0; l < s->mcfg->n_layers; l++) global += !eng_layer_windowed(hp, l);
         svc_log("windowed layers (%d of %d, window %d) keep their K/V in %d rings of %d blocks "
                 "(%zu bytes a ring), global layers in %d blocks of %zu bytes; a swap moves a "
-                "ring with its blocks; prefix cache and n > 1 are off with rings",
+                "ring with its blocks; n > 1 samples copy the leader's ring, and the prefix "
+                "cache serves them only",
                 s->mcfg->n_layers - global, s->mcfg->n_layers, hp->swa_window, kv_rings,
                 eng_kv_ring_blocks(s->engine), eng_kv_ring_bytes(s->engine),
                 eng_kv_blocks(s->engine), eng_kv_block_bytes(s->engine));

@@ -132,6 +132,9 @@ typedef struct svc_req {
     bool forked, fork_first;
     bool sample_starting; /* a forked sample submitted, not started yet: its cache hit is its
                              cached prompt (requests.c) */
+    /* window rings: its leader's ring as the prompt left it (taken at the fork), copied into
+     * its own ring at its first entry (execute.c); NULL once copied, and for others */
+    struct svc_ring_copy *ring_copy;
     /* Data, not a state: sched_cost holds a value (recorded at its first start, only when a
      * request log is written); the request log line writes null otherwise. */
     bool has_sched_cost;
@@ -262,6 +265,7 @@ struct svc {
          * (submitted to the scheduler after the commit: adm_submit_samples) */
         uint64_t *fork_id;
         uint32_t *fork_n;
+        uint32_t *fork_ring; /* (window rings: the leader's ring) */
         uint32_t n_forks;
         bool rings; /* the engine keeps window rings: each entry names its ring */
     } ex;
@@ -441,6 +445,8 @@ void lpq_free(svc_lpq *q);
 int exec_init(svc *s);
 void exec_free(svc *s);
 void exec_warm_up(svc *s);
+/* Drops a sample's reference to its leader's ring copy (window rings; NULL: none). */
+void exec_ring_copy_put(struct svc_ring_copy *c);
 /* Builds and runs one flattened batch from the plan's entries; fills s->results.
  * Returns the number of results (entries executed) or -errno. */
 int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us);

@@ -136,6 +136,7 @@ admitted:;
     r->state = REQ_NEW; /* born; waiting_add below is its first transition */
     r->cow_blk = NO_SLOT;
     r->ring = SCHED_BLOCK_NONE;
+    r->sample = q->sample;
     if (sc_cache_submit(s, r, q)) {
         VEC_PUSH(s, s->free_slots, slot);
         r->live = 0;

@@ -362,6 +362,10 @@ uint32_t sc_cache_find(sched *s, uint32_t slot, uint32_t *unheld)
     *unheld = 0;
     r->n_found = 0;
     if (!r->pcache || r->n_pnodes) return 0;
+    /* with window rings a hit needs the ring of the cached prefix's last window: a sample at
+     * its first start has its first sample's (the caller copies it at the fork), nothing
+     * else has one (sched_config.window_rings) */
+    if (s->conf.window_rings && (!r->sample || r->started)) return 0;
     uint32_t bs = s->conf.block_size;
     uint32_t max = (known(r) - 1) / bs; /* the last known token is computed: it samples */
     if (max > r->n_pkeys) max = r->n_pkeys;

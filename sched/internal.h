@@ -70,6 +70,7 @@ typedef struct req {
     bool recompute;   /* next admission is a re-prefill after recompute */
     bool held;        /* static mode: finished, slot held until the group ends */
     bool moving;      /* a transfer of its KV is in flight (even after it ended) */
+    bool sample;      /* submitted as another's sample (sched_request.sample) */
     bool parked;      /* preempted while output-blocked: WAITING or SWAPPED but in no queue (not
                          counted waiting), so it is not taken up again before its client reads;
                          sched_set_output_blocked(false) queues it */

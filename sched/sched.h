@@ -619,8 +619,11 @@ typedef struct sched_config {
      * window, from its first block to its last (sched_entry.ring).  A start waits (defer
      * "blocks") while every ring is held.  A swap moves the ring with the blocks: out to
      * the host or disk tier beside them and back into whichever ring is free at the
-     * swap-in (sched_transfer.ring).  The caller turns off what would carry a ring past its
-     * sequence's stay otherwise: prefix cache, n > 1 samples. */
+     * swap-in (sched_transfer.ring).  With the prefix cache, only a sample's first start
+     * (sched_request.sample) finds cached blocks: the n samples of one prompt share its
+     * global blocks, and the caller gives each sample, at its first entry, a copy of its
+     * first sample's ring as it was when the prompt was computed; a hit of any other request
+     * would need the ring of the cached prefix's last window. */
     uint32_t window_rings;
     /* Bytes of one window ring (> 0 when window_rings and a host or disk tier): a swap
      * moves them in ceil(window_ring_bytes / (block_size × kv_bytes_per_token)) tier slots

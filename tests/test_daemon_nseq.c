@@ -6,7 +6,8 @@
  * its own id, index stream and FINISH; a group whose KV could never fit is refused whole;
  * cancels and a client that dies leave every block accounted for (the scheduler's
  * invariants checked by the stats file); n out of range is refused at submit and by the
- * daemon; preemption with swaps of shared blocks keeps the answers (--verify-swaps).
+ * daemon; preemption with swaps of shared blocks keeps the answers (--verify-swaps); on a
+ * model kept in window rings (gemma2) each sample runs on a copy of its leader's ring.
  */
 #include <criterion/criterion.h>
 
@@ -21,6 +22,7 @@
 
 #include "libclient/ringlm.h"
 #include "tests/daemon_helpers.h"
+#include "tests/gguf_test_util.h"
 #include "tests/helpers.h"
 #include "tools/prom.h"
 
@@ -100,6 +102,23 @@ static uint64_t submit_n(ringlm_client *c, const ringlm_request *r, uint32_t n)
     return id;
 }
 
+/* Submits q alone (n = 1) and reads it to its FINISH. */
+static void run_single(ringlm_client *c, const ringlm_request *q, sample_out *out)
+{
+    uint64_t id;
+    cr_assert_eq(ringlm_submit(c, q, &id), 0, "%s", ringlm_errdetail());
+    collect(c, id, 1, out, -1, 0);
+}
+
+/* Closes the client, waits for the daemon's pools to be back to baseline, stops it. */
+static void close_and_stop(ringlm_client *c, dmn *d)
+{
+    ringlm_close(c);
+    assert_back_to_baseline(d, 20000);
+    cr_expect_eq(dmn_stop(d, SIGTERM, 20000), 0);
+    dmn_cleanup(d);
+}
+
 static double metric(dmn *d, const char *series)
 {
     int port = dmn_metrics_port(d);
@@ -137,6 +156,23 @@ static long long computed_prompt_tokens(const char *reqlog, int *lines)
     return sum;
 }
 
+/* Submits r with n samples and reads them all: each ends by length with m tokens, and each
+ * after the first found the whole P-token prompt cached (its full blocks through the prefix
+ * cache, its partial last block shared copy-on-write). */
+static void group_of(ringlm_client *c, const ringlm_request *r, uint32_t n, uint32_t m, uint32_t P,
+                     sample_out *group)
+{
+    uint64_t id0 = submit_n(c, r, n);
+    collect(c, id0, n, group, -1, 0);
+    for (uint32_t i = 0; i < n; i++) {
+        cr_expect_eq(group[i].fin.finish_reason, RINGLM_FINISH_LENGTH, "sample %u: %s", i,
+                     ringlm_reason_name(group[i].fin.finish_reason));
+        cr_expect_eq(group[i].n, m, "sample %u", i);
+        cr_expect_eq(group[i].fin.n_cached_tokens, i ? P : 0u,
+                     "sample %u found %u prompt tokens cached", i, group[i].fin.n_cached_tokens);
+    }
+}
+
 /* n = 8 samples of a P-token prompt compute P prompt tokens (not 8 × P, nor P + 7 × the
  * tokens past its last full block): the engine's rows say so (ringlm_iteration_tokens_total
  * less one row per generated token after each sample's first), the request log says so
@@ -163,17 +199,8 @@ static void eight_samples_of(uint32_t P)
     cr_assert_eq(ringlm_connect(d.sock, &c), 0, "%s", ringlm_errdetail());
     cr_expect_eq(ringlm_max_samples(c), 16, "the default --max-n");
     double rows0 = metric(&d, "ringlm_iteration_tokens_total"); /* (the warm-up's, if any) */
-    uint64_t id0 = submit_n(c, &r, N);
-    /* the next request's id comes after the n samples' */
     static sample_out group[N];
-    collect(c, id0, N, group, -1, 0);
-    for (int i = 0; i < N; i++) {
-        cr_expect_eq(group[i].fin.finish_reason, RINGLM_FINISH_LENGTH, "sample %d: %s", i,
-                     ringlm_reason_name(group[i].fin.finish_reason));
-        cr_expect_eq(group[i].n, (uint32_t)M, "sample %d", i);
-        cr_expect_eq(group[i].fin.n_cached_tokens, i ? P : 0u,
-                     "sample %d found %u prompt tokens cached", i, group[i].fin.n_cached_tokens);
-    }
+    group_of(c, &r, N, M, P, group);
     /* the samples differ (different seeds), or the test would prove little */
     int differ = 0;
     for (int i = 1; i < N; i++)
@@ -217,10 +244,8 @@ static void eight_samples_of(uint32_t P)
     for (int i = 0; i < N; i++) {
         ringlm_request q;
         req_of(&q, prompt, P, M, seed + (uint64_t)i);
-        uint64_t id;
-        cr_assert_eq(ringlm_submit(c, &q, &id), 0, "%s", ringlm_errdetail());
         sample_out single;
-        collect(c, id, 1, &single, -1, 0);
+        run_single(c, &q, &single);
         cr_expect_eq(single.n, group[i].n, "sample %d: %u tokens, the single request %u", i,
                      group[i].n, single.n);
         cr_expect_arr_eq(single.tok, group[i].tok, sizeof(int32_t) * M,
@@ -277,10 +302,7 @@ Test(daemon_nseq, a_group_that_cannot_fit_is_refused_whole, .timeout = 120)
     for (int i = 0; i < 4; i++)
         cr_expect_eq(out[i].fin.finish_reason, RINGLM_FINISH_LENGTH, "sample %d: %s", i,
                      ringlm_reason_name(out[i].fin.finish_reason));
-    ringlm_close(c);
-    assert_back_to_baseline(&d, 20000);
-    cr_expect_eq(dmn_stop(&d, SIGTERM, 20000), 0);
-    dmn_cleanup(&d);
+    close_and_stop(c, &d);
 }
 
 /* The decision log's first event of kind ev (and reason, when given) for daemon request req:
@@ -441,10 +463,7 @@ Test(daemon_nseq, a_cancel_ends_one_sample, .timeout = 120)
             }
         }
     }
-    ringlm_close(c);
-    assert_back_to_baseline(&d, 20000);
-    cr_expect_eq(dmn_stop(&d, SIGTERM, 20000), 0);
-    dmn_cleanup(&d);
+    close_and_stop(c, &d);
 }
 
 typedef struct die_job {
@@ -583,18 +602,13 @@ Test(daemon_nseq, prompt_logprobs_are_computed_once_for_all_samples, .timeout = 
         ringlm_request q;
         req_of(&q, prompt, P, M, 600 + (uint64_t)i);
         q.ignore_stop = true;
-        uint64_t id;
-        cr_assert_eq(ringlm_submit(c, &q, &id), 0, "%s", ringlm_errdetail());
         sample_out single;
-        collect(c, id, 1, &single, -1, 0);
+        run_single(c, &q, &single);
         cr_expect_eq(single.n, group[i].n);
         cr_expect_arr_eq(single.tok, group[i].tok, sizeof(int32_t) * M,
                          "sample %d differs from the single request with seed + %d", i, i);
     }
-    ringlm_close(c);
-    assert_back_to_baseline(&d, 20000);
-    cr_expect_eq(dmn_stop(&d, SIGTERM, 20000), 0);
-    dmn_cleanup(&d);
+    close_and_stop(c, &d);
 }
 
 /* n past the daemon's maximum is -EINVAL at submit, naming n; n 0 and 1 are one sample; a
@@ -647,10 +661,7 @@ Test(daemon_nseq, n_out_of_range_is_refused, .timeout = 120)
     cr_assert_eq(ringlm_submit(c, &r, &after), 0);
     cr_expect_eq(after, id4 + 4);
     collect(c, after, 1, out, -1, 0);
-    ringlm_close(c);
-    assert_back_to_baseline(&d, 20000);
-    cr_expect_eq(dmn_stop(&d, SIGTERM, 20000), 0);
-    dmn_cleanup(&d);
+    close_and_stop(c, &d);
 }
 
 /* Three groups of four samples on one daemon; their tokens into out (by group, sample). */
@@ -725,4 +736,74 @@ Test(daemon_nseq, preemption_and_swaps_keep_shared_blocks_right, .timeout = 300)
                              "group %d sample %d differs after preemption", g, i);
         }
     cr_log_info("preemptions %d", pre_tight);
+}
+
+/* ---- window rings ----------------------------------------------------------------------
+ *
+ * A model with windowed and global layers kept in window rings (gemma2, ringlmd --kv-rings):
+ * the samples share the prompt's global blocks (cached, the partial last block copy-on-write)
+ * and each runs on a ring of its own, copied from its leader's at the fork. A prompt longer
+ * than a ring (it wrapped) makes the copy carry positions the sample's first windows read.
+ * n = 4 samples (seeded at temperature 0.9, or greedy) against four single requests with
+ * seed + i on the same daemon: equal token for token; each further sample found the whole
+ * prompt cached, and no single request found any (a hit would need a ring). */
+static void four_samples_on_rings(uint32_t P, float temperature)
+{
+    need_daemon_binary();
+    char model[512];
+    snprintf(model, sizeof model, "%s/g2.gguf", tmpdir);
+    /* synthetic stories260K (5 layers: 1 and 3 global, context 512), window 32 */
+    export_gguf_window("synthetic:stories260K:7", NULL, "F32", "gemma2", 0, 32, model);
+    enum { N = 4, M = 48 }; /* M past the window: the copied positions leave it */
+    const uint64_t seed = 777;
+    static int32_t prompt[256];
+    prompt_of(prompt, P, 3);
+    /* prefill chunks of 16: rings of (32 + 16) / 16 + 1 = 4 blocks, 64 positions */
+    static const char *const policy =
+        "[scheduler]\nmode = token_budget\ntoken_budget = 64\nmax_active_seqs = 8\n"
+        "prefill_chunk = 16\n";
+    static const char *const flags[] = {"--kv-blocks", "64", "--kv-block-size", "16", NULL};
+    dmn d;
+    dmn_start(&d, model, policy, flags);
+    const char *log = th_daemon_output(&d.th);
+    cr_assert(strstr(log, "windowed layers (3 of 5, window 32)") &&
+                  strstr(log, "rings of 4 blocks"),
+              "rings of 64 positions: %s", log);
+    ringlm_client *c;
+    cr_assert_eq(ringlm_connect(d.sock, &c), 0, "%s", ringlm_errdetail());
+    ringlm_request r;
+    req_of(&r, prompt, P, M, seed);
+    r.temperature = temperature;
+    r.ignore_stop = true;
+    static sample_out group[N];
+    group_of(c, &r, N, M, P, group); /* the further samples share the global blocks */
+    int differ = 0;
+    for (int i = 1; i < N; i++) differ += memcmp(group[i].tok, group[0].tok, sizeof(int32_t) * M);
+    cr_expect(temperature == 0 ? !differ : differ, "the samples %s",
+              temperature == 0 ? "differ at temperature 0" : "all gave the same answer");
+    for (int i = 0; i < N; i++) {
+        ringlm_request q = r;
+        q.seed = seed + (uint64_t)i;
+        sample_out one;
+        run_single(c, &q, &one);
+        cr_expect_eq(one.fin.n_cached_tokens, 0u, "single request %d found %u tokens cached", i,
+                     one.fin.n_cached_tokens);
+        cr_assert_arr_eq(one.tok, group[i].tok, sizeof(int32_t) * M,
+                         "sample %d on rings differs from the single request with seed + %d", i, i);
+    }
+    close_and_stop(c, &d);
+}
+
+/* 100 tokens: past a ring's 64 positions, and a partial last block (4 of 16). */
+Test(daemon_nseq, seeded_samples_on_window_rings_equal_single_requests, .init = mk_tmpdir,
+     .fini = rm_tmpdir, .timeout = 300)
+{
+    four_samples_on_rings(100, 0.9f);
+}
+
+/* 96 tokens: whole blocks only (the cache shares every prompt block), greedy. */
+Test(daemon_nseq, greedy_samples_on_window_rings_equal_single_requests, .init = mk_tmpdir,
+     .fini = rm_tmpdir, .timeout = 300)
+{
+    four_samples_on_rings(96, 0);
 }

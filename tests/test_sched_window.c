@@ -298,7 +298,8 @@ Test(window, prefix_cache_keeps_the_prompt_chain)
 /* ---- window rings (sched_config.window_rings): gemma's windowed layers ------------------ */
 
 static sched *make_rings_tier(const char *preemption, uint32_t rings, uint32_t dev_blocks,
-                              uint32_t host_blocks, uint64_t ring_bytes, sched_policy **pol)
+                              uint32_t host_blocks, uint64_t ring_bytes, bool prefix,
+                              sched_policy **pol)
 {
     sched_policy_error err;
     cr_assert_eq(sched_policy_parse(policy_text(preemption), pol, &err), 0, "policy: %s",
@@ -313,6 +314,8 @@ static sched *make_rings_tier(const char *preemption, uint32_t rings, uint32_t d
         .kv_blocks_host = host_blocks,
         .host = {.out_bytes_per_s = 1e9, .in_bytes_per_s = 1e9, .latency_us = 10},
         .window_ring_bytes = ring_bytes,
+        .prefix_cache = prefix,
+        .prefix_cache_generated = prefix,
     };
     sched *s = NULL;
     cr_assert_eq(sched_create(*pol, &c, NULL, NULL, 1, &s), 0, "%s", sched_last_error());
@@ -322,7 +325,7 @@ static sched *make_rings_tier(const char *preemption, uint32_t rings, uint32_t d
 static sched *make_rings(const char *preemption, uint32_t rings, uint32_t dev_blocks,
                          sched_policy **pol)
 {
-    return make_rings_tier(preemption, rings, dev_blocks, 0, 0, pol);
+    return make_rings_tier(preemption, rings, dev_blocks, 0, 0, false, pol);
 }
 
 /* What run_rings saw of the swaps: a swap moves its device blocks and its ring, whose bytes
@@ -458,7 +461,7 @@ Test(window, swap_moves_the_ring_with_its_blocks)
 {
     sched_policy *p;
     const uint64_t ring_bytes = BS * 1024 * 5 / 2;
-    sched *s = make_rings_tier("swap", 2, 8, 64, ring_bytes, &p);
+    sched *s = make_rings_tier("swap", 2, 8, 64, ring_bytes, false, &p);
     for (uint64_t id = 1; id <= 3; id++)
         cr_assert_eq(submit(s, id, 8, 80, NULL, 0), 0, "%s", sched_last_error());
     ring_swaps sw = {.ring_bytes = ring_bytes, .ring_slots = 3};
@@ -493,5 +496,49 @@ Test(window, rings_with_a_tier_need_the_ring_bytes)
     sched *s = NULL;
     cr_assert_eq(sched_create(p, &c, NULL, NULL, 1, &s), -EINVAL);
     cr_assert(strstr(sched_last_error(), "window_ring_bytes"), "%s", sched_last_error());
+    sched_policy_free(p);
+}
+
+/* With window rings the prefix cache serves a sample's first start only: a request with a
+ * cached prompt starts from position 0 (the cached prefix's ring is nowhere), and a sample
+ * of it shares its prompt's blocks (the caller copies its first sample's ring). */
+Test(window, rings_cache_serves_a_sample_only)
+{
+    sched_policy *p;
+    sched *s = make_rings_tier("recompute", 4, 64, 0, 0, true, &p);
+    int32_t toks[48];
+    for (int i = 0; i < 48; i++) toks[i] = 3 + i;
+    uint64_t now = 1;
+    sched_req_info in;
+    cr_assert_eq(submit(s, 1, 40, 4, toks, now), 0, "%s", sched_last_error());
+    for (int i = 0; i < 100 && sched_get_request(s, 1, &in) == 0; i++) iter(s, &now, 0, 64);
+    cr_assert_eq(sched_get_request(s, 1, &in), -ENOENT, "request 1 ended");
+    /* the same prompt again: its blocks are cached, but not its ring */
+    cr_assert_eq(submit(s, 2, 40, 30, toks, now), 0, "%s", sched_last_error());
+    for (int i = 0; i < 100 && (sched_get_request(s, 2, &in) == 0 && !in.generated); i++)
+        iter(s, &now, 0, 64);
+    cr_assert_eq(in.generated, 1, "request 2 sampled its first token");
+    cr_assert_eq(in.cached_tokens, 0, "request 2 found %u tokens cached: no ring for them",
+                 in.cached_tokens);
+    /* a sample of request 2: its prompt and first token (5, as iter gives) */
+    int32_t st[41];
+    memcpy(st, toks, sizeof(int32_t) * 40);
+    st[40] = 5;
+    sched_request q = {.id = 3,
+                       .tenant = -1,
+                       .class_idx = -1,
+                       .prompt_len = 41,
+                       .max_new_tokens = 3,
+                       .tokens = st,
+                       .cache_salt = 7,
+                       .sample = true,
+                       .sample_of = 2};
+    sched_reject_reason why;
+    cr_assert_eq(sched_submit(s, &q, now, &why), 0, "%s", sched_last_error());
+    iter(s, &now, 0, 64);
+    cr_assert_eq(sched_get_request(s, 3, &in), 0);
+    cr_assert_eq(in.cached_tokens, 40, "the sample shares its first sample's prompt: %u",
+                 in.cached_tokens);
+    sched_destroy(s);
     sched_policy_free(p);
 }
