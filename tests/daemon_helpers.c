@@ -258,6 +258,15 @@ int load_refs(ref_case *out, int max)
     return n;
 }
 
+int need_stories_refs(char *model, size_t n, ref_case *cases, int max, int min)
+{
+    need_daemon_binary();
+    if (!stories_path(model, n)) cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
+    int got = load_refs(cases, max);
+    if (got < min) cr_skip_test("reference-greedy.json not found");
+    return got;
+}
+
 int client_greedy(void *arg)
 {
     gen_job *g = arg;

@@ -99,6 +99,11 @@ typedef struct ref_case {
 /* The reference greedy cases (shared/models/reference-greedy.json) into out: how many. */
 int load_refs(ref_case *out, int max);
 
+/* A test on the real stories260K checkpoint and run.c's cases: skips it without ringlmd, the
+ * checkpoint (its path to model) or at least min cases (read into cases, at most max);
+ * returns the number read. */
+int need_stories_refs(char *model, size_t n, ref_case *cases, int max, int min);
+
 typedef struct gen_job {
     const char *sock;
     const ref_case *cases;

@@ -44,13 +44,9 @@ TestSuite(daemon_ops, .timeout = 120);
 
 Test(daemon_ops, metrics_endpoint_tracks_pools_and_requests)
 {
-    need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model))
-        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static ref_case cases[12];
-    int n = load_refs(cases, 12);
-    if (n < 4) cr_skip_test("reference-greedy.json not found");
+    need_stories_refs(model, sizeof model, cases, 12, 4);
     const char *extra[] = {"--metrics", "127.0.0.1:0", "--host-kv-blocks", "32", NULL};
     dmn d;
     dmn_start(&d, model, NULL, extra);

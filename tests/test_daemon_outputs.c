@@ -42,13 +42,9 @@ TestSuite(daemon_outputs, .timeout = 120);
 
 Test(daemon_outputs, greedy_reference_all_cases_in_one_batch)
 {
-    need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model))
-        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static ref_case cases[12];
-    int n = load_refs(cases, 12);
-    if (n == 0) cr_skip_test("reference-greedy.json not found");
+    int n = need_stories_refs(model, sizeof model, cases, 12, 1);
     dmn d;
     dmn_start(&d, model, NULL, NULL);
     gen_job g = {.sock = d.sock, .cases = cases, .n_cases = n};
@@ -150,13 +146,9 @@ static int client_fixed_length(void *arg)
 
 Test(daemon_outputs, ignore_stop_generates_exactly_max_new_tokens)
 {
-    need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model))
-        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static ref_case cases[12];
-    int n = load_refs(cases, 12);
-    if (n == 0) cr_skip_test("reference-greedy.json not found");
+    int n = need_stories_refs(model, sizeof model, cases, 12, 1);
     const ref_case *stopping = NULL;
     for (int i = 0; i < n && !stopping; i++)
         if (cases[i].stops && cases[i].n_prompt + cases[i].n_gen + 40 < 512) stopping = &cases[i];
@@ -182,13 +174,9 @@ static void preempt_mode(const char *mode)
 }
 static void preempt_mode_tier(const char *mode, bool disk)
 {
-    need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model))
-        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static ref_case all[12], cases[4];
-    int n = load_refs(all, 12);
-    if (n < 8) cr_skip_test("reference-greedy.json not found");
+    need_stories_refs(model, sizeof model, all, 12, 8);
     /* The four 256-step cases: ~17 blocks of 16 tokens each at the end. */
     for (int i = 0; i < 4; i++) cases[i] = all[4 + i];
     char policy[512];

@@ -61,13 +61,9 @@ static void run_prefix_client(const char *model, const char *const *extra, seq_j
  * leaked, reference counts checked by the scheduler's invariants in the stats file). */
 Test(daemon_prefix, prefix_cache_greedy_output_equals_cache_off)
 {
-    need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model))
-        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static ref_case cases[12];
-    int n = load_refs(cases, 12);
-    if (n < 2) cr_skip_test("reference-greedy.json not found");
+    int n = need_stories_refs(model, sizeof model, cases, 12, 2);
     /* a natural 56-token prefix (a reference prompt and its greedy continuation), then each
      * prompt's own ending taken from another reference case */
     int32_t pre[56];
@@ -195,13 +191,9 @@ Test(daemon_prefix, prefix_cache_greedy_output_equals_cache_off)
  * after the cached blocks, and every token still equals the reference. */
 Test(daemon_prefix, prefix_cache_every_reference_case_equals_run_c_with_its_prompt_cached)
 {
-    need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model))
-        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static ref_case cases[12];
-    int n = load_refs(cases, 12);
-    if (n == 0) cr_skip_test("reference-greedy.json not found");
+    int n = need_stories_refs(model, sizeof model, cases, 12, 1);
     int long_prompts = 0; /* cases with a full block before the last prompt token */
     for (int i = 0; i < n; i++) long_prompts += (cases[i].n_prompt - 1) / 4 > 0;
     cr_assert_gt(long_prompts, 0, "no reference prompt spans a block of 4");
@@ -568,13 +560,9 @@ static int collide_refs(const ref_case *all, int n, ref_case *out)
 
 Test(daemon_prefix, prefix_cache_forced_key_collisions_never_reuse_a_wrong_block)
 {
-    need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model))
-        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static ref_case all[12], ck[3];
-    int n = load_refs(all, 12);
-    if (n == 0) cr_skip_test("reference-greedy.json not found");
+    int n = need_stories_refs(model, sizeof model, all, 12, 1);
     cr_assert_eq(collide_refs(all, n, ck), 3,
                  "the reference file has fewer than 3 distinct greedy sequences");
     for (int i = 1; i < 3; i++)

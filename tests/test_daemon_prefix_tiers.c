@@ -357,6 +357,29 @@ static void run_reload_beside(rl_job *g, const char *const *extra, dmn *d, char 
                     NULL);
 }
 
+/* The reload-beside job through a daemon with the cache off (*a: its output), then through
+ * one with a 64-block disk tier at disk_path, its reloads verified: flags lead (may be NULL;
+ * first, as TH_TEST_BUILD must be), the tier's, then tail (may be NULL); *b its output. Both
+ * with 14 device blocks of 16 tokens, below the clients. */
+static void run_reload_off_on(rl_job *g, const char *disk_path, const char *const *lead,
+                              const char *const *tail, dmn *off, dmn *on, char **a, char **b)
+{
+    static const char *const off_flags[] = {
+        "--kv-blocks", "14", "--kv-block-size", "16", "--no-prefix-cache", DMN_BELOW_CLIENTS, NULL};
+    const char *const tier[] = {"--kv-blocks",  "14",       "--kv-block-size",  "16",
+                                "--disk-kv",    disk_path,  "--disk-kv-blocks", "64",
+                                "--disk-kv-bw", RL_DISK_BW, "--verify-swaps",   DMN_BELOW_CLIENTS};
+    const char *on_flags[32];
+    size_t n = 0;
+    for (const char *const *f = lead; f && *f; f++) on_flags[n++] = *f;
+    for (size_t i = 0; i < sizeof tier / sizeof tier[0]; i++) on_flags[n++] = tier[i];
+    for (const char *const *f = tail; f && *f; f++) on_flags[n++] = *f;
+    cr_assert_lt(n, sizeof on_flags / sizeof on_flags[0]);
+    on_flags[n] = NULL;
+    run_reload_beside(g, off_flags, off, a);
+    run_reload_beside(g, on_flags, on, b);
+}
+
 /* The iteration-log line of the step at t_us: its decode rows and prefill tokens (-1: none). */
 static bool iteration_at(const char *itlog, double t_us, long long *decode, long long *prefill)
 {
@@ -388,27 +411,10 @@ Test(daemon_prefix_tiers, prefix_cache_reload_runs_beside_a_decoding_stream)
     char disk_path[128], itlog[160];
     snprintf(disk_path, sizeof disk_path, "/tmp/ringlmd-pxrlb-%d", (int)getpid());
     snprintf(itlog, sizeof itlog, "/tmp/ringlmd-pxrlb-it-%d.jsonl", (int)getpid());
-    static const char *const off_flags[] = {
-        "--kv-blocks", "14", "--kv-block-size", "16", "--no-prefix-cache", DMN_BELOW_CLIENTS, NULL};
-    const char *on_flags[] = {"--kv-blocks",
-                              "14",
-                              "--kv-block-size",
-                              "16",
-                              "--disk-kv",
-                              disk_path,
-                              "--disk-kv-blocks",
-                              "64",
-                              "--disk-kv-bw",
-                              RL_DISK_BW,
-                              "--verify-swaps",
-                              DMN_BELOW_CLIENTS,
-                              "--iteration-log",
-                              itlog,
-                              NULL};
+    const char *const it_flags[] = {"--iteration-log", itlog, NULL};
     dmn off, on;
     char *a, *b;
-    run_reload_beside(&g, off_flags, &off, &a);
-    run_reload_beside(&g, on_flags, &on, &b);
+    run_reload_off_on(&g, disk_path, NULL, it_flags, &off, &on, &a, &b);
     cr_expect_str_eq(b, a, "tokens with prefixes reloaded from disk differ from the cache off");
     /* every reload: the step that started it decoded the stream and computed no prefill, and
      * its completion came after that step */
@@ -467,28 +473,10 @@ Test(daemon_prefix_tiers, prefix_cache_failed_reload_ends_only_its_request)
     rl_prompts(&g);
     char disk_path[128];
     snprintf(disk_path, sizeof disk_path, "/tmp/ringlmd-pxrlf-%d", (int)getpid());
-    static const char *const off_flags[] = {
-        "--kv-blocks", "14", "--kv-block-size", "16", "--no-prefix-cache", DMN_BELOW_CLIENTS, NULL};
-    const char *on_flags[] = {TH_TEST_BUILD,
-                              "--fail-kv-reads",
-                              "disk",
-                              "--kv-blocks",
-                              "14",
-                              "--kv-block-size",
-                              "16",
-                              "--disk-kv",
-                              disk_path,
-                              "--disk-kv-blocks",
-                              "64",
-                              "--disk-kv-bw",
-                              RL_DISK_BW,
-                              "--verify-swaps",
-                              DMN_BELOW_CLIENTS,
-                              NULL};
+    static const char *const fail_reads[] = {TH_TEST_BUILD, "--fail-kv-reads", "disk", NULL};
     dmn off, on;
     char *a, *b;
-    run_reload_beside(&g, off_flags, &off, &a);
-    run_reload_beside(&g, on_flags, &on, &b);
+    run_reload_off_on(&g, disk_path, fail_reads, NULL, &off, &on, &a, &b);
     int failed = count_lines2(on.declog, "\"ev\":\"cache_reload\"", "\"reason\":\"failed\"");
     cr_log_info("%d reloads failed", failed);
     cr_assert_gt(failed, 0, "no reload failed after the disk tier file was cut");

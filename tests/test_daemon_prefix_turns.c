@@ -334,12 +334,9 @@ static int client_probe_stops(void *arg)
  * number of 16-token blocks (greedy decoding makes the choice the same every run). */
 Test(daemon_prefix_turns, prefix_cache_answers_ending_on_a_block_boundary_cache_what_was_computed)
 {
-    need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model))
-        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static ref_case cases[12];
-    int nc = load_refs(cases, 12);
+    int nc = need_stories_refs(model, sizeof model, cases, 12, 0);
     const ref_case *rc = NULL;
     for (int i = 0; i < nc && !rc; i++)
         if (cases[i].stops && cases[i].n_prompt > 1 && cases[i].n_prompt < 8) rc = &cases[i];

@@ -247,13 +247,9 @@ static int client_hostile(void *arg)
 
 Test(daemon_robust, hostile_client_does_not_disturb_others)
 {
-    need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model))
-        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static ref_case cases[12];
-    int n = load_refs(cases, 12);
-    if (n == 0) cr_skip_test("reference-greedy.json not found");
+    int n = need_stories_refs(model, sizeof model, cases, 12, 1);
     dmn d;
     dmn_start(&d, model, NULL, NULL);
     gen_job g = {.sock = d.sock, .cases = cases, .n_cases = n};
@@ -477,13 +473,9 @@ static void release_stuck_client_expect_cancelled(dmn *d, pid_t ps, int go_fd, c
  * cancelled after the timeout, nothing it was sent is lost, and others are not blocked. */
 Test(daemon_robust, backpressure_defers_then_cancels_without_blocking_others)
 {
-    need_daemon_binary();
     char model[512];
-    if (!stories_path(model, sizeof model))
-        cr_skip_test("stories260K.bin not in %s/models", th_shared_dir());
     static ref_case cases[12];
-    int n = load_refs(cases, 12);
-    if (n < 4) cr_skip_test("reference-greedy.json not found");
+    need_stories_refs(model, sizeof model, cases, 12, 4);
     const char *extra[] = {"--event-ring-slots", "64", "--backpressure-timeout-ms", "300", NULL};
     dmn d;
     dmn_start(&d, model, NULL, extra);

@@ -7,6 +7,7 @@
  * samples exactly as eng_execute_sample; a row whose constraint stage fails fails alone.
  */
 #include "engine_test_util.h"
+#include "run_c_reference.h"
 #include "kernels/logits.h"
 
 #include <errno.h>
@@ -154,16 +155,6 @@ Test(engine_logprobs, processed_distribution_is_what_the_sampler_draws_from)
     s = (eng_sampling){.temperature = 0};
     eng_logits_processed(v, N, &s, out);
     cr_assert_arr_eq(out, v, sizeof v);
-}
-
-static json_t *load_reference(void)
-{
-    char path[1024];
-    if (!ts_model_file(path, sizeof path, "reference-greedy.json")) return NULL;
-    json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
-    cr_assert_not_null(root, "%s: %s (line %d)", path, jerr.text, jerr.line);
-    return root;
 }
 
 /* The 8 positions of the logits oracle as one sequence: rows 0..6 are prompt rows whose

@@ -9,6 +9,7 @@
  */
 #include "engine_test_util.h"
 #include "gguf_test_util.h"
+#include "run_c_reference.h"
 #include "kernels/cpu/quant.h"
 #include "model/gguf.h"
 
@@ -27,31 +28,12 @@ static const char *export(const char *spec, const char *tok, const char *type, c
     return path;
 }
 
-static json_t *load_reference(void)
-{
-    char path[1024];
-    if (!ts_model_file(path, sizeof path, "reference-greedy.json")) return NULL;
-    json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
-    cr_assert_not_null(root, "%s: %s (line %d)", path, jerr.text, jerr.line);
-    return root;
-}
-
 #define SKIP_WITHOUT_SHARED(root)                                                                  \
     do {                                                                                           \
         if (!(root))                                                                               \
             cr_skip_test("no reference data: set RINGLM_SHARED to the folder holding "             \
                          "models/reference-greedy.json, stories260K.bin and tok512.bin");          \
     } while (0)
-
-static int ints_of(json_t *arr, int32_t *out, int max)
-{
-    int n = (int)json_array_size(arr);
-    cr_assert_leq(n, max);
-    for (int i = 0; i < n; i++)
-        out[i] = (int32_t)json_integer_value(json_array_get(arr, (size_t)i));
-    return n;
-}
 
 /* stories260K.bin converted with tok512's vocabulary, in type. */
 static const char *export_260k(const char *type, char *name_buf, size_t len)
@@ -75,40 +57,7 @@ Test(gguf_ref, f32_file_gives_run_c_greedy_tokens_of_every_case, .init = mk_tmpd
     cr_assert_not_null(eng_model_gguf_path(m));
     const eng_model_config *c = eng_model_cfg(m);
     cr_assert(c->shared_classifier, "no output.weight: the embedding is the classifier");
-    eng *e = ts_engine(m, 40, 16, 1);
-    float *logits = malloc((size_t)c->vocab_size * sizeof *logits);
-    json_t *cases = json_object_get(root, "cases");
-    cr_assert_eq(json_array_size(cases), 12);
-    for (size_t ci = 0; ci < json_array_size(cases); ci++) {
-        json_t *cs = json_array_get(cases, ci);
-        int32_t prompt[64], expect[600];
-        int n_prompt = ints_of(json_object_get(cs, "prompt_tokens"), prompt, 64);
-        int n_expect = ints_of(json_object_get(cs, "generated_tokens"), expect, 600);
-        int steps = (int)json_integer_value(json_object_get(cs, "effective_steps"));
-        tseq s;
-        ts_seq_init(&s, prompt, n_prompt, 0);
-        tseq *one[1] = {&s};
-        int rows = n_prompt, pos = n_prompt - 1, n_gen = 0;
-        cr_assert_eq(ts_step(e, c, one, &rows, 1, logits), 0, "%s", eng_errmsg());
-        while (pos < steps) {
-            if (s.n_cached < s.n_tokens) {
-                rows = 1;
-                cr_assert_eq(ts_step(e, c, one, &rows, 1, logits), 0, "%s", eng_errmsg());
-            }
-            int32_t next = ts_argmax(logits, c->vocab_size);
-            pos++;
-            if (next == 1) break;
-            cr_assert_lt(n_gen, n_expect, "case %zu: more tokens than recorded", ci);
-            cr_assert_eq(next, expect[n_gen], "case %zu (%s): token %d is %d, run.c chose %d", ci,
-                         json_string_value(json_object_get(cs, "command")), n_gen, next,
-                         expect[n_gen]);
-            s.tokens[s.n_tokens++] = next;
-            n_gen++;
-        }
-        cr_assert_eq(n_gen, n_expect, "case %zu: %d tokens, run.c made %d", ci, n_gen, n_expect);
-    }
-    free(logits);
-    eng_destroy(e);
+    check_run_c_greedy_cases(m, root);
     eng_model_free(m);
     json_decref(root);
 }

@@ -19,17 +19,9 @@
 #include "sim/service.h"
 #include "sim/trace.h"
 #include "tests/helpers.h"
+#include "tests/sim_test_util.h"
 
 /* ---- helpers -------------------------------------------------------------------------------- */
-
-static sched_policy *policy_text(const char *text)
-{
-    sched_policy *p = NULL;
-    sched_policy_error e = {0};
-    int rc = sched_policy_parse(text, &p, &e);
-    cr_assert_eq(rc, 0, "policy: line %d: %s", e.line, e.reason);
-    return p;
-}
 
 static sched_policy *policy_file(const char *name)
 {
@@ -42,21 +34,6 @@ static sched_policy *policy_file(const char *name)
     fclose(f);
     buf[n] = 0;
     return policy_text(buf);
-}
-
-/* A service model whose numbers are easy to add up by hand. */
-static void toy_service(sim_service *s)
-{
-    sim_service_default(s);
-    s->builtin = false;
-    s->base_us = 1000;
-    s->per_prefill_token_us = 10;
-    s->per_decode_seq_us = 100;
-    s->per_context_token_us = 0;
-    s->kv_block_size = 16;
-    s->kv_blocks_device = 1000;
-    s->kv_blocks_host = 0;
-    s->host.present = false;
 }
 
 static void add(sim_trace *t, int64_t at, uint32_t prompt, uint32_t out, int64_t cancel)
@@ -564,26 +541,6 @@ Test(sim_engine, daemon_rejects_in_a_native_trace_are_replayed_and_reported)
 
 /* ---- the program ----------------------------------------------------------------------------- */
 
-static int sh(const char *cmd, char **out)
-{
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    size_t cap = 1 << 16, len = 0;
-    char *b = malloc(cap);
-    size_t got;
-    while ((got = fread(b + len, 1, cap - len - 1, p)) > 0) {
-        len += got;
-        if (cap - len < 1024) {
-            cap *= 2;
-            b = realloc(b, cap);
-        }
-    }
-    b[len] = 0;
-    *out = b;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 Test(sim_cli, json_csv_plot_and_compare)
 {
     char prog[512];
@@ -597,7 +554,7 @@ Test(sim_cli, json_csv_plot_and_compare)
         "%s --workload two-tenants --param duration=10 --policy sim/policies/token-budget.policy "
         "--json --csv %s/csv --plot %s/plot --decision-log %s/dec.jsonl 2>%s/stderr",
         prog, dir, dir, dir, dir);
-    int rc = sh(cmd, &out);
+    int rc = run_shell(cmd, &out);
     cr_assert_eq(rc, 0, "%s\n%s", cmd, out);
     json_error_t je;
     json_t *j = json_loads(out, 0, &je);
@@ -629,7 +586,7 @@ Test(sim_cli, json_csv_plot_and_compare)
         "%s --workload long-prompt --param duration=10 --policy sim/policies/token-budget.policy "
         "--policy sim/policies/fcfs.policy --plot %s/cmp 2>&1",
         prog, dir);
-    rc = sh(cmd, &out);
+    rc = run_shell(cmd, &out);
     cr_expect_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "token-budget") && strstr(out, "fcfs") && strstr(out, "verdict"), "%s",
               out);
@@ -643,7 +600,7 @@ Test(sim_cli, json_csv_plot_and_compare)
         }
     }
     snprintf(cmd, sizeof cmd, "%s --trace /nonexistent.csv 2>&1", prog);
-    rc = sh(cmd, &out);
+    rc = run_shell(cmd, &out);
     cr_expect_neq(rc, 0);
     cr_expect(strstr(out, "/nonexistent.csv") != NULL, "%s", out);
     free(out);

@@ -18,6 +18,7 @@
 #include "sim/report.h"
 #include "sim/trace.h"
 #include "tests/helpers.h"
+#include "tests/sim_test_util.h"
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
@@ -528,27 +529,6 @@ Test(sim_itfit, simulation_charges_the_fitted_model)
     sim_trace_free(&t);
 }
 
-static int sh(const char *cmd, char **out)
-{
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    size_t cap = 1 << 16, len = 0, got;
-    char *b = malloc(cap);
-    cr_assert_not_null(b);
-    while ((got = fread(b + len, 1, cap - len - 1, p)) > 0) {
-        len += got;
-        if (cap - len < 1024) {
-            cap *= 2;
-            b = realloc(b, cap);
-            cr_assert_not_null(b);
-        }
-    }
-    b[len] = 0;
-    *out = b;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 Test(sim_itfit, program_fits_reports_and_replays_with_the_log)
 {
     char prog[512];
@@ -564,7 +544,7 @@ Test(sim_itfit, program_fits_reports_and_replays_with_the_log)
     tmp_path("out.jsonl", reqlog, sizeof reqlog);
     snprintf(cmd, sizeof cmd, "%s --trace %s --iteration-log %s --json --request-log %s 2>&1", prog,
              trace, itlog, reqlog);
-    int rc = sh(cmd, &out);
+    int rc = run_shell(cmd, &out);
     cr_assert_eq(rc, 0, "%s\n%s", cmd, out);
     json_error_t je;
     json_t *j = json_loads(out, 0, &je);
@@ -596,7 +576,7 @@ Test(sim_itfit, program_fits_reports_and_replays_with_the_log)
     /* the table says what was fitted */
     snprintf(cmd, sizeof cmd, "%s --trace %s --iteration-log %s --iteration-log %s 2>&1", prog,
              trace, itlog, itlog);
-    rc = sh(cmd, &out);
+    rc = run_shell(cmd, &out);
     cr_expect_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "model iterations-fit from") && strstr(out, "240 points used") &&
                   strstr(out, "p90"),
@@ -606,7 +586,7 @@ Test(sim_itfit, program_fits_reports_and_replays_with_the_log)
     char bad[128];
     write_file(tmp_path("bad.jsonl", bad, sizeof bad), GOOD "{\"period_us\":\"fast\"}\n");
     snprintf(cmd, sizeof cmd, "%s --trace %s --iteration-log %s 2>&1", prog, trace, bad);
-    rc = sh(cmd, &out);
+    rc = run_shell(cmd, &out);
     cr_expect_neq(rc, 0, "%s", out);
     char where[160];
     snprintf(where, sizeof where, "%s:2:", bad);
@@ -738,7 +718,7 @@ Test(sim_itfit, compare_log_measures_one_real_run_against_another)
     char *out = NULL;
     snprintf(cmd, sizeof cmd, "%s/ringlm-sim --trace %s --compare-log %s --json 2>&1", th_bin_dir(),
              a, b);
-    int st = sh(cmd, &out);
+    int st = run_shell(cmd, &out);
     cr_assert_eq(st, 0, "%s", out);
     json_error_t e;
     json_t *j = json_loads(out, 0, &e);
@@ -756,7 +736,7 @@ Test(sim_itfit, compare_log_measures_one_real_run_against_another)
                 "\"first_token_us\":1000999,"
                 "\"finish_us\":1001999,\"finish_reason\":\"length\"}\n");
     fclose(fb);
-    st = sh(cmd, &out);
+    st = run_shell(cmd, &out);
     cr_expect_neq(st, 0, "%s", out);
     cr_expect(strstr(out, "same requests"), "%s", out);
     free(out);

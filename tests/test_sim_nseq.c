@@ -15,31 +15,20 @@
 #include "sim/service.h"
 #include "sim/stats.h"
 #include "sim/trace.h"
+#include "tests/sim_test_util.h"
 
 static sched_policy *policy(void)
 {
-    sched_policy *p = NULL;
-    sched_policy_error e = {0};
-    const char *text =
-        "[scheduler]\nmode = token_budget\ntoken_budget = 512\nprefill_chunk = 256\n";
-    cr_assert_eq(sched_policy_parse(text, &p, &e), 0, "policy: line %d: %s", e.line, e.reason);
-    return p;
+    return policy_text(
+        "[scheduler]\nmode = token_budget\ntoken_budget = 512\nprefill_chunk = 256\n");
 }
 
-/* Numbers easy to add by hand (as test_sim_engine.c's). */
-static void toy_service(sim_service *s)
+/* tests/sim_test_util.h's toy service, with no prefill-pair term and a sampling pipeline
+ * that costs nothing. */
+static void nseq_service(sim_service *s)
 {
-    sim_service_default(s);
-    s->builtin = false;
-    s->base_us = 1000;
-    s->per_prefill_token_us = 10;
-    s->per_decode_seq_us = 100;
-    s->per_context_token_us = 0;
+    toy_service(s);
     s->per_prefill_pair_us = 0;
-    s->kv_block_size = 16;
-    s->kv_blocks_device = 1000;
-    s->kv_blocks_host = 0;
-    s->host.present = false;
     s->logprobs_row_us = 0;
     s->processors_row_us = 0;
 }
@@ -84,7 +73,7 @@ static void init(sim_trace *t)
 Test(sim_nseq, four_samples_compute_the_prompt_once)
 {
     sim_service svc;
-    toy_service(&svc);
+    nseq_service(&svc);
     sim_trace t;
     init(&t);
     add(&t, 256, 3, 0, SIM_NO_TIME, false, false);
@@ -117,7 +106,7 @@ Test(sim_nseq, four_samples_compute_the_prompt_once)
 Test(sim_nseq, a_partial_last_block_is_shared_copy_on_write)
 {
     sim_service svc;
-    toy_service(&svc);
+    nseq_service(&svc);
     sim_trace t;
     init(&t);
     add(&t, 250, 3, 0, SIM_NO_TIME, false, false);
@@ -145,7 +134,7 @@ Test(sim_nseq, a_partial_last_block_is_shared_copy_on_write)
 Test(sim_nseq, the_others_end_with_a_first_sample_that_ends_first)
 {
     sim_service svc;
-    toy_service(&svc);
+    nseq_service(&svc);
     sim_trace t;
     init(&t);
     /* 600 prompt tokens: three prefill chunks; the cancel comes after the first */
@@ -170,7 +159,7 @@ Test(sim_nseq, the_others_end_with_a_first_sample_that_ends_first)
 Test(sim_nseq, the_pipeline_is_charged_per_sampling_row)
 {
     sim_service svc;
-    toy_service(&svc);
+    nseq_service(&svc);
     svc.logprobs_row_us = 7;
     svc.processors_row_us = 3;
     sim_trace t;
@@ -196,7 +185,7 @@ Test(sim_nseq, the_pipeline_is_charged_per_sampling_row)
 Test(sim_nseq, the_generator_makes_groups)
 {
     sim_service svc;
-    toy_service(&svc);
+    nseq_service(&svc);
     sim_trace t;
     sim_scenario scn;
     const char *params[] = {"n=5", "samples=3", "rate=10", "prompt=64", "output=4"};

@@ -18,28 +18,7 @@
 #include "sim/service.h"
 #include "sim/trace.h"
 #include "tests/helpers.h"
-
-static void toy_service(sim_service *s)
-{
-    sim_service_default(s);
-    s->builtin = false;
-    s->base_us = 1000;
-    s->per_prefill_token_us = 10;
-    s->per_decode_seq_us = 100;
-    s->per_context_token_us = 0;
-    s->kv_block_size = 16;
-    s->kv_blocks_device = 1000;
-    s->kv_blocks_host = 0;
-    s->host.present = false;
-}
-
-static sched_policy *policy(const char *text)
-{
-    sched_policy *p;
-    sched_policy_error err;
-    cr_assert_eq(sched_policy_parse(text, &p, &err), 0, "policy line %d: %s", err.line, err.reason);
-    return p;
-}
+#include "tests/sim_test_util.h"
 
 static void run(const sim_trace *t, const sched_policy *p, const sim_service *svc, bool cache,
                 sim_run *out)
@@ -53,24 +32,6 @@ static void run(const sim_trace *t, const sched_policy *p, const sim_service *sv
     o.check_every = 1;
     cr_assert_eq(sim_run_trace(t, &o, out), 0, "sim_run_trace: %s", sim_err());
     cr_assert_eq(out->still_live, 0);
-}
-
-/* ringlm-sim with args and --json: its one JSON object (the test fails unless it exits 0 and
- * prints one). */
-static json_t *sim_json(const char *args)
-{
-    char *sim = th_program("ringlm-sim");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s %s --json", sim, args);
-    free(sim);
-    FILE *f = popen(cmd, "r");
-    cr_assert_not_null(f, "%s", cmd);
-    json_error_t e;
-    json_t *j = json_loadf(f, 0, &e);
-    int st = pclose(f);
-    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: exit status %#x", cmd, st);
-    cr_assert_not_null(j, "%s: not one JSON object (%s at line %d)", cmd, e.text, e.line);
-    return j;
 }
 
 /* ringlm-sim with args (they end in a redirection of its stderr, if any): its exit status. */
@@ -107,7 +68,7 @@ Test(sim_prefix, mooncake_hash_ids_map_onto_the_block_size_and_hit)
     cr_assert_eq(t.reqs[3].n_hash, 0, "no hash_ids: no hashes");
     sim_service svc;
     toy_service(&svc);
-    sched_policy *p = policy("");
+    sched_policy *p = policy_text("");
     sim_run on, off;
     run(&t, p, &svc, true, &on);
     run(&t, p, &svc, false, &off);
@@ -143,8 +104,9 @@ Test(sim_prefix, cache_domains_of_the_policy_decide_sharing)
     cr_assert_eq(sim_trace_assign(&t, 0, "rr:a,b", 1), 0);
     sim_service svc;
     toy_service(&svc);
-    sched_policy *apart = policy("[tenant a]\n[tenant b]\n"),
-                 *together = policy("[tenant a]\ncache_domain = x\n[tenant b]\ncache_domain = x\n");
+    sched_policy *apart = policy_text("[tenant a]\n[tenant b]\n"),
+                 *together =
+                     policy_text("[tenant a]\ncache_domain = x\n[tenant b]\ncache_domain = x\n");
     sim_run r1, r2;
     run(&t, apart, &svc, true, &r1);
     run(&t, together, &svc, true, &r2);
@@ -237,7 +199,7 @@ Test(sim_prefix, the_native_log_round_trips_block_hashes)
     cr_assert_eq(t.format, SIM_FMT_NATIVE);
     sim_service svc;
     toy_service(&svc);
-    sched_policy *p = policy("");
+    sched_policy *p = policy_text("");
     sim_run on;
     run(&t, p, &svc, true, &on);
     cr_expect_eq(on.final_counts.prefix_hit_tokens, 16, "one 16-token block shared");
@@ -275,7 +237,7 @@ Test(sim_prefix, a_recorded_answer_is_cached_for_the_next_turn)
                           "16,\"hash_ids\":[11,12,13,14,15]}\n";
     sim_service svc;
     toy_service(&svc);
-    sched_policy *p = policy("[tenant t]\n[class c]\n");
+    sched_policy *p = policy_text("[tenant t]\n[class c]\n");
     long long hits[2];
     for (int v = 0; v < 2; v++) {
         const char *jl = v ? without : with;
@@ -375,7 +337,7 @@ Test(sim_prefix, the_shared_prefix_workload_reuses_system_prompts_and_conversati
     }
     cr_expect_geq(extended, 100, "only %zu prompts extend an earlier one past the system prompt",
                   extended);
-    sched_policy *p = policy("");
+    sched_policy *p = policy_text("");
     sim_run on, off;
     run(&t, p, &svc, true, &on);
     run(&t, p, &svc, false, &off);
@@ -449,7 +411,7 @@ Test(sim_prefix, shared_prefix_next_turns_find_the_last_answer_cached)
         pairs);
     cr_assert_geq(with_answer, 50, "only %zu next turns follow an answer that filled a block",
                   with_answer);
-    sched_policy *p = policy("");
+    sched_policy *p = policy_text("");
     size_t found[2] = {0, 0}; /* next turns that found the last answer's blocks cached */
     for (int v = 0; v < 2; v++) {
         sim_run r;
@@ -599,7 +561,7 @@ Test(sim_prefix, tier_reloads_are_charged_to_the_requests_that_wait_for_them)
     tier_service(&slow_disk, 1e8, 5e5); /* disk 33 ms a block: recomputing wins */
     sim_trace t;
     tier_trace(&fast, &t);
-    sched_policy *p = policy("");
+    sched_policy *p = policy_text("");
     static tier_run a, b, hs, ds;
     run_tiers(&t, p, &fast, &a);
 
@@ -996,7 +958,7 @@ static void recorded_tier_trace(sim_trace *t, double host_bps, int64_t cached_3)
 static void replay_recorded(const sim_trace *t, const sim_service *svc, bool recorded,
                             int64_t *cached, int64_t *ttft_us, double host_bps)
 {
-    sched_policy *p = policy("");
+    sched_policy *p = policy_text("");
     sim_options o;
     sim_options_defaults(&o);
     o.policy = p;

@@ -22,14 +22,7 @@
 #include "sim/trace.h"
 #include "sim/tune.h"
 #include "sim/tune_internal.h" /* tune_derive_trace: the search's copies of a trace */
-
-static sched_policy *policy(const char *text)
-{
-    sched_policy *p = NULL;
-    sched_policy_error pe = {0};
-    cr_assert_eq(sched_policy_parse(text, &p, &pe), 0, "policy line %d: %s", pe.line, pe.reason);
-    return p;
-}
+#include "tests/sim_test_util.h"
 
 static void workload(sim_trace *t, const sim_service *svc, const char *const *params, size_t n,
                      const char *tenants)
@@ -67,7 +60,7 @@ static void tune_case_init(tune_case *c, const char *base_text,
 {
     memset(c, 0, sizeof *c);
     sim_service_default(&c->svc);
-    c->base = policy(base_text);
+    c->base = policy_text(base_text);
     sim_tune_opts_defaults(&c->o);
     c->o.spec = spec;
     c->o.run.svc = &c->svc;
@@ -404,7 +397,7 @@ Test(sim_tune, cli_writes_the_best_policy_in_canonical_form_and_refuses_a_bad_sp
     size_t n = fread(text, 1, sizeof text - 1, f);
     fclose(f);
     text[n] = 0;
-    sched_policy *p = policy(text);
+    sched_policy *p = policy_text(text);
     char want[64];
     snprintf(want, sizeof want, "# policy hash %s\n", sched_policy_hash_hex(p));
     cr_expect(strstr(text, want) != NULL, "the file names its hash: %s", text);
@@ -458,8 +451,8 @@ Test(sim_tune, goodput_bound_counts_the_misses_no_policy_avoids)
     svc.per_prefill_token_us = 1000;
     svc.per_prefill_pair_us = 0;
     sched_policy *p =
-        policy("[scheduler]\nmode = token_budget\ndefault_class = standard\n"
-               "[class standard]\nttft_target = 2s\n[class batch]\nttft_target = 0us\n");
+        policy_text("[scheduler]\nmode = token_budget\ndefault_class = standard\n"
+                    "[class standard]\nttft_target = 2s\n[class batch]\nttft_target = 0us\n");
     sim_trace t;
     sim_trace_init(&t, "bound");
     int std = sim_trace_class(&t, "standard"), batch = sim_trace_class(&t, "batch");
@@ -478,9 +471,9 @@ Test(sim_tune, goodput_bound_counts_the_misses_no_policy_avoids)
     cr_assert_eq(sim_tune_goodput_bound(&t, &svc, p, 0.5, &b), 0);
     cr_assert_eq(b.min_misses, 2);
     sched_policy_free(p);
-    p = policy("[scheduler]\nmode = token_budget\ndefault_class = standard\n[class "
-               "standard]\nttft_target = 3s\n"
-               "[class batch]\nttft_target = 0us\n");
+    p = policy_text("[scheduler]\nmode = token_budget\ndefault_class = standard\n[class "
+                    "standard]\nttft_target = 3s\n"
+                    "[class batch]\nttft_target = 0us\n");
     cr_assert_eq(sim_tune_goodput_bound(&t, &svc, p, 60, &b), 0);
     cr_assert_eq(b.min_misses, 0, "with 3 s all three fit and so does the 3,000-token prompt: %zu",
                  b.min_misses);
@@ -512,12 +505,12 @@ Test(sim_tune, goodput_bound_is_above_what_policies_reach)
         "2s\ntpot_target = 150ms\n",
     };
     sim_tune_bound b;
-    sched_policy *p0 = policy(texts[0]);
+    sched_policy *p0 = policy_text(texts[0]);
     cr_assert_eq(sim_tune_goodput_bound(&t, &svc, p0, 60, &b), 0, "%s", sim_err());
     cr_assert_gt(b.min_misses, 0, "load 3 of 3,000-token prompts: some must miss");
     cr_assert_lt(b.goodput_rps, (double)t.n / b.span_s);
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
-        sched_policy *p = policy(texts[i]);
+        sched_policy *p = policy_text(texts[i]);
         sim_options o;
         sim_options_defaults(&o);
         o.policy = p;

@@ -12,23 +12,7 @@
 #include <sys/wait.h>
 
 #include "tests/helpers.h"
-
-/* ringlm-sim with args and --json: its JSON report (the test fails unless it exits 0). */
-static json_t *sim_json(const char *args)
-{
-    char *sim = th_program("ringlm-sim");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s %s --json", sim, args);
-    free(sim);
-    FILE *f = popen(cmd, "r");
-    cr_assert_not_null(f, "%s", cmd);
-    json_error_t e;
-    json_t *j = json_loadf(f, 0, &e);
-    int st = pclose(f);
-    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: exit status %#x", cmd, st);
-    cr_assert_not_null(j, "%s: not one JSON object (%s at line %d)", cmd, e.text, e.line);
-    return j;
-}
+#include "tests/sim_test_util.h"
 
 static json_int_t all_int(json_t *j, const char *key)
 {
