@@ -230,6 +230,8 @@ static int iterate(void *ctx, uint64_t now_us)
         s->mx_dirty = false;
     }
     if (next_wake) dloop_wake_after_us(s->loop, next_wake);
+    /* gathering a burst: step again when it ends (a submit before wakes the loop anyway) */
+    if (p && p->hold_until_us > now_us) dloop_wake_after_us(s->loop, p->hold_until_us - now_us);
     if (s->stats_dirty) dloop_wake_after_us(s->loop, SVC_STATS_INTERVAL_US);
     /* KV events were dropped: the resync goes out once the publisher made room */
     if (kvev_resync_pending(s->kv_events)) dloop_wake_after_us(s->loop, 2000);

@@ -158,6 +158,12 @@ admitted:;
     s->cs[cls].st.admitted++;
     sc_waiting_add(s, slot);
     sc_timer_update(s, slot);
+    /* burst_gather: a burst starts when a prompt finds nothing running (sched.c) */
+    if (!s->gathering && !s->run.n && !s->n_swapped && !s->n_in_transit) {
+        s->gathering = true;
+        s->gather_first_us = now;
+    }
+    s->gather_last_us = now;
     sched_event e = ev_of(s, SCHED_EV_ADMIT, r, now);
     e.prompt_tokens = r->prompt_len;
     e.max_tokens = r->max_new;

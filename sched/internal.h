@@ -274,6 +274,11 @@ struct sched {
     uint64_t rate_mark_us;
     double xfer_pred_sum, xfer_real_sum;
 
+    /* burst_gather: a burst that found nothing running — its first and latest submits (the
+     * submit's now); gathering until a step plans entries */
+    bool gathering;
+    uint64_t gather_first_us, gather_last_us;
+
     /* plan */
     uint64_t step_no, last_now;
     bool oom;

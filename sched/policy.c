@@ -87,6 +87,7 @@ typedef struct parser {
     int default_tenant_line;
     bool default_tenant_set, default_class_set;
     bool sched_seen, trust_seen;
+    int gather_line, gather_max_line;  /* burst_gather, burst_gather_max (0 = not given) */
     int order_line[SCHED_MAX_CLASSES]; /* prefix_order, prefix_max_wait: */
     int pmw_line[SCHED_MAX_CLASSES];   /* their lines (0 = not given) */
 } parser;
@@ -326,6 +327,14 @@ static int set_key(parser *ps, const char *key, const char *v)
         if (!strcmp(key, "dynamic_window")) return rd_dur(ps, key, v, &c->dynamic_window_us);
         if (!strcmp(key, "backpressure_timeout"))
             return rd_dur(ps, key, v, &c->backpressure_timeout_us);
+        if (!strcmp(key, "burst_gather")) {
+            ps->gather_line = ps->line;
+            return rd_dur(ps, key, v, &c->burst_gather_us);
+        }
+        if (!strcmp(key, "burst_gather_max")) {
+            ps->gather_max_line = ps->line;
+            return rd_dur(ps, key, v, &c->burst_gather_max_us);
+        }
         if (!strcmp(key, "default_class")) {
             if (!valid_name(v)) return fail(ps, "key \"%s\": \"%s\" is not a class name", key, v);
             snprintf(ps->default_class, sizeof(ps->default_class), "%s", v);
@@ -540,6 +549,11 @@ static int build_canonical(sched_policy *p)
     sput(&b, "static_batch_timeout = %lluus\n", (unsigned long long)c->static_batch_timeout_us);
     sput(&b, "dynamic_window = %lluus\n", (unsigned long long)c->dynamic_window_us);
     sput(&b, "backpressure_timeout = %lluus\n", (unsigned long long)c->backpressure_timeout_us);
+    /* only when set: the policies written before the keys keep their hashes */
+    if (c->burst_gather_us) {
+        sput(&b, "burst_gather = %lluus\n", (unsigned long long)c->burst_gather_us);
+        sput(&b, "burst_gather_max = %lluus\n", (unsigned long long)c->burst_gather_max_us);
+    }
     sput(&b, "default_class = %s\n", p->classes[c->default_class].name);
     sput(&b, "default_tenant = %s\n",
          c->default_tenant >= 0 ? p->tenants[c->default_tenant].name : "");
@@ -598,6 +612,26 @@ static int finish(parser *ps)
     if (p->n_classes == 0) default_class(&p->classes[p->n_classes++], "default");
     bool implicit_tenant = p->n_tenants == 0;
     if (implicit_tenant) default_tenant(&p->tenants[p->n_tenants++], "default");
+
+    sched_policy_cfg *c = &p->cfg;
+    if (c->burst_gather_us && c->mode != SCHED_MODE_TOKEN_BUDGET) {
+        ps->line = ps->gather_line;
+        return fail(ps,
+                    "burst_gather needs mode = token_budget (static and dynamic gather their "
+                    "groups by static_batch_timeout / dynamic_window), mode is %s",
+                    sched_mode_name(c->mode));
+    }
+    if (ps->gather_max_line && !c->burst_gather_us) {
+        ps->line = ps->gather_max_line;
+        return fail(ps, "burst_gather_max without burst_gather (> 0): nothing is gathered");
+    }
+    if (c->burst_gather_us && !ps->gather_max_line) c->burst_gather_max_us = 4 * c->burst_gather_us;
+    if (c->burst_gather_us && c->burst_gather_max_us < c->burst_gather_us) {
+        ps->line = ps->gather_max_line;
+        return fail(ps, "burst_gather_max (%lluus) is below burst_gather (%lluus)",
+                    (unsigned long long)c->burst_gather_max_us,
+                    (unsigned long long)c->burst_gather_us);
+    }
 
     /* the order within each class (before the sort: the key lines are by file order) */
     for (int i = 0; i < p->n_classes; i++) {

@@ -301,6 +301,29 @@ static void finish(sched *s, uint32_t slot, sched_finish_reason why, uint64_t no
     sc_release_now(s, slot, now, false);
 }
 
+/* burst_gather: whether this step waits for more of a burst rather than start it. A burst
+ * that finds nothing running — no decode waits on this step — reaches the scheduler as the
+ * clients' submits come in; started at its first prompt, the rest of it waits for that
+ * step's end (on a CPU: the whole prefill of the first prompts). So the first step waits
+ * while prompts keep coming less than burst_gather apart, never longer than
+ * burst_gather_max after the first; a lone prompt pays burst_gather once. Sets
+ * plan.hold_until_us. */
+static bool gather_holds(sched *s, uint64_t now)
+{
+    const sched_policy_cfg *p = &s->cfg;
+    if (!p->burst_gather_us || !s->gathering || !s->n_waiting) return false;
+    if (s->run.n || s->n_swapped || s->n_in_transit) return false;
+    uint64_t until = s->gather_last_us + p->burst_gather_us;
+    uint64_t cap = s->gather_first_us + p->burst_gather_max_us;
+    if (cap < until) until = cap;
+    if (now >= until) return false;
+    s->plan.hold_until_us = until;
+    cand c; /* said once per request: the head waits for its burst */
+    if (sc_pick_candidate(s, now, 0, 0, &c))
+        sc_emit_defer(s, &s->reqs[c.slot], SCHED_DEFER_BATCH, now);
+    return true;
+}
+
 const sched_plan *sched_step(sched *s, uint64_t now)
 {
     if (!s) {
@@ -370,12 +393,13 @@ const sched_plan *sched_step(sched *s, uint64_t now)
         sc_do_cancel(s, sl, SCHED_CANCEL_BACKPRESSURE, now, true);
     }
 
-    /* 3. the batch */
-    switch (s->cfg.mode) {
-    case SCHED_MODE_TOKEN_BUDGET: sc_step_token_budget(s, now); break;
-    case SCHED_MODE_CONTINUOUS: sc_step_continuous(s, now); break;
-    default: sc_step_group(s, now); break;
-    }
+    /* 3. the batch (or, gathering a burst, none yet) */
+    if (!gather_holds(s, now)) switch (s->cfg.mode) {
+        case SCHED_MODE_TOKEN_BUDGET: sc_step_token_budget(s, now); break;
+        case SCHED_MODE_CONTINUOUS: sc_step_continuous(s, now); break;
+        default: sc_step_group(s, now); break;
+        }
+    if (s->entries.n) s->gathering = false;
 
     /* seal the plan */
     for (uint32_t i = 0; i < s->transfers.n; i++) {

@@ -131,7 +131,8 @@ typedef enum sched_defer_reason {
     SCHED_DEFER_RATE,         /* "rate": tenant's token rate exhausted */
     SCHED_DEFER_MAX_ACTIVE,   /* "max_active": max active sequences reached */
     SCHED_DEFER_BACKPRESSURE, /* "output_backpressure": client not reading its output */
-    SCHED_DEFER_BATCH,        /* "batch": static/dynamic mode waiting for its group */
+    SCHED_DEFER_BATCH,        /* "batch": static/dynamic mode waiting for its group, or
+                                    token_budget gathering a burst (burst_gather) */
     SCHED_DEFER__COUNT
 } sched_defer_reason;
 
@@ -327,8 +328,13 @@ typedef struct sched_policy_cfg {
     uint64_t static_batch_timeout_us; /* static mode: start a short group after */
     uint64_t dynamic_window_us;       /* dynamic mode: collection window */
     uint64_t backpressure_timeout_us; /* output blocked this long → cancel; 0 = never */
-    int32_t default_class;            /* index, requests naming no class */
-    int32_t default_tenant;           /* index, or -1: unmapped uids are refused */
+    /* token_budget: with nothing running, the first step of new prompts waits while more
+     * keep arriving less than burst_gather apart, at most burst_gather_max after the first
+     * (sched_plan.hold_until_us); 0 = start at once (default) */
+    uint64_t burst_gather_us;
+    uint64_t burst_gather_max_us; /* default 4 × burst_gather */
+    int32_t default_class;        /* index, requests naming no class */
+    int32_t default_tenant;       /* index, or -1: unmapped uids are refused */
 } sched_policy_cfg;
 
 /* Parse policy text (NUL-terminated).  On success *out is a new policy (free with
@@ -861,6 +867,10 @@ typedef struct sched_plan {
      * writes it before */
     const sched_copy *copies;
     uint32_t n_copies;
+    /* (g) burst_gather: no entries because the first step of a burst waits for the rest of
+     * it; step again at this time, or as soon as another request is submitted (0: not
+     * holding) */
+    uint64_t hold_until_us;
 } sched_plan;
 
 /* What a batch costs to compute, as the step-time model sees it (sim/FORMATS.md): the same

@@ -812,6 +812,9 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
                 /* Work waits but nothing ran (static group filling, blocks in transit, a rate
                  * limit): look again shortly, as the daemon's loop would. */
                 if (now + o->idle_poll_us < next) next = now + o->idle_poll_us;
+                /* a burst being gathered: its first step is due then */
+                if (p->hold_until_us > (uint64_t)now && (int64_t)p->hold_until_us < next)
+                    next = (int64_t)p->hold_until_us;
                 if (now - e.last_progress_any > o->stall_stop_us && next_event(&e) == INT64_MAX) {
                     char m[200];
                     snprintf(m, sizeof m,

@@ -226,6 +226,7 @@ static __attribute__((unused)) const sched_plan *h_iterate(harness *h)
             next = h->r[h->next_submit + 1].arrival;
         for (uint32_t i = 0; i < h->n_xf; i++)
             if (h->xf[i].done_at < next && h->xf[i].done_at > h->now) next = h->xf[i].done_at;
+        if (pl->hold_until_us > h->now && pl->hold_until_us < next) next = pl->hold_until_us;
         h->now = next;
         return pl;
     }

@@ -457,3 +457,77 @@ Test(gateway_burst, thirty_two_streams_over_four_sessions_are_prefilled_in_one_s
 {
     gateway_burst_within_the_budget(32, 4, 4);
 }
+
+/* ---- a burst that arrives over time (burst_gather) ----------------------------------------- */
+
+/* One prompt, then — once ringlmd has read it (its published load counts it) — seven more:
+ * the daemon was idle, so without burst_gather it started the first prompt's step alone the
+ * moment it read it and the seven waited for that step (two prefill steps). With the policy's
+ * burst_gather (3 s here, so that this process's own pace on a loaded machine cannot matter)
+ * the first step waits for them and prefills the eight together. */
+static void burst_over_time(const char *policy, burst_result *res)
+{
+    need_daemon_binary();
+    char model[512];
+    model_or_synthetic(model, sizeof model);
+    static char itlog[200];
+    static dmn d;
+    snprintf(itlog, sizeof itlog, "/tmp/ringlmd-burst-it-%d.jsonl", (int)getpid());
+    unlink(itlog);
+    const char *argv[] = {"--iteration-log", itlog, NULL};
+    dmn_start(&d, model, policy, argv);
+    ringlm_client *c;
+    cr_assert_eq(ringlm_connect(d.sock, &c), 0, "connect: %s", ringlm_errdetail());
+    static int32_t prompt[8][PROMPT_MAX];
+    ringlm_request rq[8];
+    uint64_t ids[8];
+    for (int i = 0; i < 8; i++) {
+        prompt_of(prompt[i], 24, 100 + (uint32_t)i);
+        ringlm_request_init(&rq[i]);
+        rq[i].prompt = prompt[i];
+        rq[i].n_prompt = 24;
+        rq[i].max_new_tokens = 4;
+        rq[i].ignore_stop = true;
+    }
+    cr_assert_eq(ringlm_submit(c, &rq[0], &ids[0]), 0);
+    /* ringlmd has read it once its published load counts it — or, where its step started at
+     * once, once its first event is here */
+    uint64_t dl = th_now_ms() + 30000;
+    int ended = 0;
+    for (;;) {
+        ringlm_load ld;
+        cr_assert_eq(ringlm_daemon_load(c, &ld), 0);
+        if (ld.waiting + ld.running >= 1) break;
+        ringlm_event ev;
+        int got = ringlm_next_event(c, &ev, 1);
+        cr_assert_geq(got, 0, "next_event: %s", ringlm_errdetail());
+        if (got == 1) {
+            ended += ev.kind == RINGLM_EV_FINISH;
+            break;
+        }
+        cr_assert(th_now_ms() < dl, "ringlmd did not take the first request in 30 s");
+    }
+    cr_assert_eq(ringlm_submit_batch(c, &rq[1], 7, &ids[1]), 0);
+    while (ended < 8) {
+        ringlm_event ev;
+        cr_assert_eq(ringlm_next_event(c, &ev, 60000), 1, "next_event: %s", ringlm_errdetail());
+        if (ev.kind == RINGLM_EV_FINISH) {
+            cr_assert_eq(ev.finish_reason, RINGLM_FINISH_LENGTH);
+            ended++;
+        }
+    }
+    ringlm_close(c);
+    cr_assert_eq(dmn_stop(&d, SIGTERM, 10000), 0, "ringlmd did not exit 0 on SIGTERM");
+    res->n_steps = read_steps(itlog, res->steps, STEPS_MAX);
+    res->n_reqs = read_first_tokens(d.reqlog, res->first_token_us, BURST_MAX);
+    cr_assert_eq(res->n_reqs, 8, "%d request-log lines", res->n_reqs);
+    dmn_cleanup(&d);
+    unlink(itlog);
+}
+
+Test(daemon_burst, prompts_arriving_during_burst_gather_join_the_first_step)
+{
+    static burst_result r;
+    burst_over_time(POLICY_FITS "burst_gather = 3s\n", &r);
+    assert_prefilled_in_one_step("prompts", 8, 24, &r);
+}
