@@ -546,6 +546,65 @@ const uint8_t *cst_vocab_token(const cst_vocab *v, int32_t id, uint32_t *len)
 
 /* ---- grammar ------------------------------------------------------------------------- */
 
+/* A depth-first search over a program's instructions, stamped so that each search sees a pc
+ * once; `work` counts the instructions taken from the stack over every search of one
+ * compile (the bound CST_MAX_COMPILE_WORK). */
+typedef struct pc_search {
+    const cst_prog *p;
+    uint32_t *seen, stamp, *stack;
+    uint64_t work;
+} pc_search;
+
+/* What a search from entry e is looking for. */
+enum { REACH_RET, REACH_MATCH, REACH_CALL_OF_ENTRY };
+
+/*
+ * Whether pc e reaches `goal` (a RET, the MATCH, a CALL of e itself) without consuming
+ * (through_sets false: the epsilon edges) or on any path (through_sets: a SET's next pc
+ * too). JMP and both sides of a SPLIT are followed; a CALL's return pc only when
+ * passable[callee] (the callee can be passed: it is nullable, or productive), and with
+ * into_calls the callee's entry as well. Returns 1 (reached), 0 (not), or -E2BIG past the
+ * work bound.
+ */
+static int pc_reaches(pc_search *s, uint32_t e, int goal, bool through_sets, bool into_calls,
+                      const uint8_t *passable)
+{
+    const uint32_t n = s->p->n;
+    uint32_t sp = 0;
+    s->stamp++;
+    s->stack[sp++] = e;
+    s->seen[e] = s->stamp;
+    while (sp) {
+        if (++s->work > CST_MAX_COMPILE_WORK) return -E2BIG;
+        cst_inst in = s->p->insts[s->stack[--sp]];
+        uint32_t nx[2];
+        int nn = 0;
+        switch (in.op) {
+        case OP_RET:
+            if (goal == REACH_RET) return 1;
+            break;
+        case OP_MATCH:
+            if (goal == REACH_MATCH) return 1;
+            break;
+        case OP_SET:
+            if (through_sets) nx[nn++] = in.b;
+            break;
+        case OP_JMP: nx[nn++] = in.a; break;
+        case OP_SPLIT: nx[nn++] = in.a, nx[nn++] = in.b; break;
+        case OP_CALL:
+            if (goal == REACH_CALL_OF_ENTRY && in.a == e) return 1;
+            if (into_calls) nx[nn++] = in.a;
+            if (passable[in.a]) nx[nn++] = in.b;
+            break;
+        default: break;
+        }
+        for (int j = 0; j < nn; j++)
+            if (nx[j] < n && s->seen[nx[j]] != s->stamp)
+                s->seen[nx[j]] = s->stamp, s->stack[sp++] = nx[j];
+    }
+    return 0;
+}
+
 /*
  * Left recursion: a subroutine that can reach a CALL of itself (directly or through other
  * subroutines) before consuming a byte would make the closure grow a stack forever. Found
@@ -557,13 +616,13 @@ static int check_left_recursion(cst_prog *p, char *err, size_t errlen)
     uint32_t n = p->n;
     /* subroutine entries: targets of CALL */
     uint8_t *is_entry = calloc(n, 1), *nullable = calloc(n, 1);
-    uint32_t *seen = calloc(n, sizeof *seen), stamp = 0; /* seen[i] == stamp: this search's */
+    pc_search s = {.p = p,
+                   .seen = calloc(n, sizeof *s.seen), /* seen[i] == stamp: this search's */
+                   .stack = malloc((size_t)n * sizeof *s.stack)};
     uint8_t *prod = NULL;
-    uint64_t work = 0;
-    uint32_t *stack = malloc((size_t)n * sizeof *stack);
     uint32_t *entries = malloc((size_t)n * sizeof *entries);
-    int rc = -ENOMEM;
-    if (!is_entry || !nullable || !seen || !stack || !entries) goto out;
+    int rc = -ENOMEM, r;
+    if (!is_entry || !nullable || !s.seen || !s.stack || !entries) goto out;
     uint32_t ne = 0;
     for (uint32_t i = 0; i < n; i++)
         if (p->insts[i].op == OP_CALL && p->insts[i].a < n && !is_entry[p->insts[i].a]) {
@@ -576,29 +635,8 @@ static int check_left_recursion(cst_prog *p, char *err, size_t errlen)
         for (uint32_t k = 0; k < ne; k++) {
             uint32_t e = entries[k];
             if (nullable[e]) continue;
-            stamp++;
-            uint32_t sp = 0;
-            stack[sp++] = e;
-            seen[e] = stamp;
-            bool found = false;
-            while (sp && !found) {
-                if (++work > CST_MAX_COMPILE_WORK) goto costly;
-                cst_inst in = p->insts[stack[--sp]];
-                uint32_t nx[2];
-                int nn = 0;
-                switch (in.op) {
-                case OP_RET: found = true; break;
-                case OP_JMP: nx[nn++] = in.a; break;
-                case OP_SPLIT: nx[nn++] = in.a, nx[nn++] = in.b; break;
-                case OP_CALL:
-                    if (nullable[in.a]) nx[nn++] = in.b;
-                    break;
-                default: break;
-                }
-                for (int j = 0; j < nn; j++)
-                    if (nx[j] < n && seen[nx[j]] != stamp) seen[nx[j]] = stamp, stack[sp++] = nx[j];
-            }
-            if (found) nullable[e] = 1, changed = true;
+            if ((r = pc_reaches(&s, e, REACH_RET, false, false, nullable)) < 0) goto costly;
+            if (r) nullable[e] = 1, changed = true;
         }
     }
     /* productive: the start can reach MATCH, and each CALL's callee can reach its RET, on
@@ -611,32 +649,9 @@ static int check_left_recursion(cst_prog *p, char *err, size_t errlen)
             for (uint32_t k = 0; k <= ne; k++) {
                 uint32_t e = k < ne ? entries[k] : p->start;
                 if (prod[e]) continue;
-                stamp++;
-                uint32_t sp = 0;
-                stack[sp++] = e;
-                seen[e] = stamp;
-                bool found = false;
-                while (sp && !found) {
-                    if (++work > CST_MAX_COMPILE_WORK) goto costly;
-                    cst_inst in = p->insts[stack[--sp]];
-                    uint32_t nx[2];
-                    int nn = 0;
-                    switch (in.op) {
-                    case OP_RET: found = k < ne; break;
-                    case OP_MATCH: found = k == ne; break;
-                    case OP_SET: nx[nn++] = in.b; break;
-                    case OP_JMP: nx[nn++] = in.a; break;
-                    case OP_SPLIT: nx[nn++] = in.a, nx[nn++] = in.b; break;
-                    case OP_CALL:
-                        if (prod[in.a]) nx[nn++] = in.b;
-                        break;
-                    default: break;
-                    }
-                    for (int j = 0; j < nn; j++)
-                        if (nx[j] < n && seen[nx[j]] != stamp)
-                            seen[nx[j]] = stamp, stack[sp++] = nx[j];
-                }
-                if (found) prod[e] = 1, changed = true;
+                r = pc_reaches(&s, e, k < ne ? REACH_RET : REACH_MATCH, true, false, prod);
+                if (r < 0) goto costly;
+                if (r) prod[e] = 1, changed = true;
             }
         }
         if (!prod[p->start]) {
@@ -649,34 +664,14 @@ static int check_left_recursion(cst_prog *p, char *err, size_t errlen)
     /* from each entry: can it reach CALL e without consuming? (through calls into
      * other subroutines' entries as well) */
     for (uint32_t k = 0; k < ne; k++) {
-        uint32_t e = entries[k];
-        stamp++;
-        uint32_t sp = 0;
-        stack[sp++] = e;
-        seen[e] = stamp;
-        while (sp) {
-            if (++work > CST_MAX_COMPILE_WORK) goto costly;
-            cst_inst in = p->insts[stack[--sp]];
-            uint32_t nx[2];
-            int nn = 0;
-            switch (in.op) {
-            case OP_JMP: nx[nn++] = in.a; break;
-            case OP_SPLIT: nx[nn++] = in.a, nx[nn++] = in.b; break;
-            case OP_CALL:
-                if (in.a == e) {
-                    snprintf(err, errlen,
-                             "left recursion: a rule can reach itself before consuming any "
-                             "input (a $ref cycle with no base case?)");
-                    rc = -EINVAL;
-                    goto out;
-                }
-                nx[nn++] = in.a;
-                if (nullable[in.a]) nx[nn++] = in.b;
-                break;
-            default: break;
-            }
-            for (int j = 0; j < nn; j++)
-                if (nx[j] < n && seen[nx[j]] != stamp) seen[nx[j]] = stamp, stack[sp++] = nx[j];
+        if ((r = pc_reaches(&s, entries[k], REACH_CALL_OF_ENTRY, false, true, nullable)) < 0)
+            goto costly;
+        if (r) {
+            snprintf(err, errlen,
+                     "left recursion: a rule can reach itself before consuming any "
+                     "input (a $ref cycle with no base case?)");
+            rc = -EINVAL;
+            goto out;
         }
     }
     rc = 0;
@@ -691,8 +686,8 @@ out:
     free(prod);
     free(is_entry);
     free(nullable);
-    free(seen);
-    free(stack);
+    free(s.seen);
+    free(s.stack);
     free(entries);
     return rc;
 }

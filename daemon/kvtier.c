@@ -926,6 +926,56 @@ int kvtier_copy(kvtier *t, sched_pool from, sched_pool to, const int32_t *src, c
     return 0;
 }
 
+int kvtier_copy_span(kvtier *t, sched_xfer_dir dir, sched_pool tier, void *buf, size_t len,
+                     const int32_t *slots, int n, uint64_t *elapsed_us)
+{
+    *elapsed_us = 0;
+    const size_t bb = t->cfg.block_bytes;
+    const bool in = dir == SCHED_XFER_IN;
+    if ((tier != SCHED_POOL_HOST && tier != SCHED_POOL_DISK) || !t->tier[tier].blocks || n <= 0 ||
+        len <= (size_t)(n - 1) * bb || len > (size_t)n * bb)
+        return seterr(-EINVAL, "copy of %zu bytes %s %d %s slots", len, in ? "from" : "to", n,
+                      sched_pool_name(tier));
+    for (int i = 0; i < n; i++)
+        if (slots[i] < 0 || slots[i] >= t->tier[tier].blocks)
+            return seterr(-EINVAL, "copy of %zu bytes: %s slot %d out of range [0,%d)", len,
+                          sched_pool_name(tier), slots[i], t->tier[tier].blocks);
+    /* through an aligned buffer of whole slots: O_DIRECT wants one, and the last slot's
+     * tail is written as zeros (its checksum covers the whole slot) */
+    char *bounce = NULL;
+    copy_op *ops = malloc(sizeof *ops * (size_t)n);
+    if (!ops || posix_memalign((void **)&bounce, KVT_DIRECT_ALIGN, (size_t)n * bb) != 0) {
+        free(ops);
+        return seterr(-ENOMEM, "kvtier: a buffer of %d slots", n);
+    }
+    uint64_t t0 = now_ns();
+    if (!in) {
+        memcpy(bounce, buf, len);
+        memset(bounce + len, 0, (size_t)n * bb - len);
+    }
+    for (int i = 0; i < n; i++) {
+        ops[i] = (copy_op){.fd = t->tier[tier].fd,
+                           .write = !in,
+                           .buf = bounce + (size_t)i * bb,
+                           .len = bb,
+                           .off = (off_t)((size_t)slots[i] * bb)};
+        if (!in) sums_record(t, tier, slots[i], ops[i].buf, 1);
+    }
+    int rc = run_copy_ops(t, ops, n);
+    for (int i = 0; i < n && rc == 0 && in; i++) rc = sums_check(t, tier, slots[i], ops[i].buf, 1);
+    if (rc == 0 && in && (t->cfg.fail_reads & (1u << tier))) rc = -EIO; /* injected */
+    if (rc == 0 && in) memcpy(buf, bounce, len);
+    if (rc < 0 && in) t->read_failures[tier][kvtier_read_failure_of(rc)]++;
+    free(ops);
+    free(bounce);
+    *elapsed_us = (now_ns() - t0) / 1000;
+    if (rc < 0)
+        return seterr(rc, "copy of %zu bytes %s %d %s slots: %s", len, in ? "from" : "to", n,
+                      sched_pool_name(tier), strerror(-rc));
+    t->bytes_moved[dir][tier] += len;
+    return 0;
+}
+
 uint64_t kvtier_bytes_moved(const kvtier *t, sched_xfer_dir dir, sched_pool tier)
 {
     return (unsigned)dir < 2 && (unsigned)tier < SCHED_POOL__COUNT ? t->bytes_moved[dir][tier] : 0;

@@ -115,6 +115,16 @@ int kvtier_submit(kvtier *t, sched_xfer_dir dir, sched_pool tier, const int32_t 
  */
 int kvtier_copy(kvtier *t, sched_pool from, sched_pool to, const int32_t *src, const int32_t *dst,
                 int n, uint64_t *elapsed_us);
+/*
+ * Copies len bytes of host memory at buf (a window ring: eng_kv_ring_ptr) to n slots of tier
+ * (SCHED_XFER_OUT) or back from them (SCHED_XFER_IN), now: slot slots[i] holds bytes
+ * [i × block_bytes, (i + 1) × block_bytes) of the span, the last one partly (len must be
+ * more than (n - 1) and at most n block_bytes). Checksummed like blocks: a read back whose
+ * bytes changed fails with -EBADMSG and leaves buf as it was. *elapsed_us: how long it took.
+ * 0, -EINVAL (range, tier, len), -ENOMEM, or the first I/O error.
+ */
+int kvtier_copy_span(kvtier *t, sched_xfer_dir dir, sched_pool tier, void *buf, size_t len,
+                     const int32_t *slots, int n, uint64_t *elapsed_us);
 /* Submits queued SQEs to the kernel (the loop also does, at its next wait). */
 int kvtier_flush(kvtier *t);
 /* Handles a CQE carrying the tag; returns true if it belonged to kvtier. */

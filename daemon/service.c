@@ -417,10 +417,11 @@ int svc_create(const svc_config *cfg, svc **out)
 
     /* A model with windowed and global layers on the CPU backend: its windowed layers' K/V
      * in a ring per running sequence, its blocks the global layers' only (eng_options
-     * .kv_rings). A ring holds the last window of one sequence and nothing else, so what
-     * would carry a sequence's K/V across its stay off: the prefix cache (a hit would need
-     * the window's ring of the cached prompt), swap to the host or disk tier (a preempted
-     * sequence is recomputed from position 0), and n > 1 samples (admission.c). */
+     * .kv_rings). A swap moves a sequence's ring beside its blocks (transfers.c), only
+     * its last window whatever its length. A ring holds the last window of one sequence
+     * and nothing else, so what would share one across sequences is off: the prefix cache
+     * (a hit would need the window's ring of the cached prompt) and n > 1 samples
+     * (admission.c). */
     const bool cpu_backend = !s->cfg.backend || !strcmp(s->cfg.backend, "cpu");
     int kv_rings = 0;
     /* the most rows one sequence brings to a batch: a prefill chunk in token-budget mode
@@ -443,8 +444,6 @@ int svc_create(const svc_config *cfg, svc **out)
         if (kv_rings < 1) kv_rings = 1;
         if (cfg->kv_rings) kv_rings = cfg->kv_rings;
         s->cfg.no_prefix_cache = true;
-        s->cfg.host_kv_blocks = 0;
-        s->cfg.disk_kv_path = NULL;
     }
     eng_options eo = {.backend = s->cfg.backend,
                       .n_threads = cfg->threads > 0 ? cfg->threads : 1,
@@ -501,14 +500,15 @@ int svc_create(const svc_config *cfg, svc **out)
         .attention_window = cfg->test.keep_window_blocks ? 0 : (uint32_t)eng_kv_window(s->engine),
         /* gemma's windowed layers in rings: a sequence holding blocks holds one */
         .window_rings = (uint32_t)eng_kv_rings(s->engine),
+        .window_ring_bytes = eng_kv_ring_bytes(s->engine),
     };
     if (kv_rings && progress) {
         const eng_model_hparams *hp = eng_model_hparams_of(s->model);
         int global = 0;
         for (int l = 0; l < s->mcfg->n_layers; l++) global += !eng_layer_windowed(hp, l);
         svc_log("windowed layers (%d of %d, window %d) keep their K/V in %d rings of %d blocks "
-                "(%zu bytes a ring), global layers in %d blocks of %zu bytes; prefix cache, swap "
-                "and n > 1 are off with rings",
+                "(%zu bytes a ring), global layers in %d blocks of %zu bytes; a swap moves a "
+                "ring with its blocks; prefix cache and n > 1 are off with rings",
                 s->mcfg->n_layers - global, s->mcfg->n_layers, hp->swa_window, kv_rings,
                 eng_kv_ring_blocks(s->engine), eng_kv_ring_bytes(s->engine),
                 eng_kv_blocks(s->engine), eng_kv_block_bytes(s->engine));

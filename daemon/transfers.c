@@ -46,7 +46,48 @@ typedef struct xfer_ctx {
     int n;
     int32_t *dev; /* for swap verification */
     int32_t *slot;
+    uint64_t ring_bytes, ring_us; /* its window ring's copy (done at the start), if any */
 } xfer_ctx;
+
+/* A swap's window ring (sched_transfer.ring): copied now, beside the blocks' job — out
+ * before the scheduler gives the ring to another sequence (at the job's completion), in
+ * before the sequence's next step (it waits for the job). With --verify-swaps the ring's
+ * checksum is kept at its first slot, the ring scrubbed once it is out, and checked once it
+ * is back, so a swap-in that did not bring it back is caught. 0 or -errno (logged). */
+static int ring_copy(svc *s, const sched_transfer *t, uint64_t *us)
+{
+    void *ring = eng_kv_ring_ptr(s->engine, (int)t->ring);
+    const size_t len = eng_kv_ring_bytes(s->engine);
+    int n = (int)t->n_ring_slots;
+    int32_t *slots = malloc(sizeof(int32_t) * (size_t)n);
+    int rc = -ENOMEM;
+    if (slots && ring) {
+        for (int i = 0; i < n; i++) slots[i] = (int32_t)t->ring_slots[i];
+        rc = kvtier_copy_span(s->tiers, t->dir, t->tier, ring, len, slots, n, us);
+    } else if (!ring) {
+        rc = -EINVAL;
+    }
+    if (rc < 0)
+        svc_log("KV transfer %llu: window ring %u %s %s tier failed: %s", (unsigned long long)t->id,
+                t->ring, t->dir == SCHED_XFER_OUT ? "to the" : "from the", sched_pool_name(t->tier),
+                rc == -EINVAL && !ring ? "no such ring" : kvtier_errmsg());
+    uint64_t *sum = s->xf.slot_sum[t->tier] && slots ? &s->xf.slot_sum[t->tier][slots[0]] : NULL;
+    if (rc == 0 && sum && t->dir == SCHED_XFER_OUT) {
+        *sum = fnv1a(ring, len);
+        memset(ring, 0xff, len); /* (NaN: a ring not brought back shows in the tokens too) */
+    } else if (rc == 0 && sum) {
+        uint64_t h = fnv1a(ring, len);
+        s->xf.n_swap_verified++;
+        if (h != *sum) {
+            s->xf.n_swap_verify_errors++;
+            svc_log("swap verify: window ring %u from %s slot %d differs (%016llx vs %016llx)",
+                    t->ring, sched_pool_name(t->tier), slots[0], (unsigned long long)h,
+                    (unsigned long long)*sum);
+        }
+    }
+    free(slots);
+    return rc;
+}
 
 /* A prefix-cache reload failed: its request cannot go on with the prefix it was admitted
  * with (the scheduler dropped the blocks), so it ends with an error; nothing else does. */
@@ -65,6 +106,10 @@ static void on_xfer_done(void *ctx, uint64_t cookie, int res, sched_xfer_dir dir
 {
     xfer_ctx *x = ctx;
     svc *s = x->s;
+    if (res == 0) { /* its window ring's bytes and time are the transfer's too */
+        bytes += x->ring_bytes;
+        elapsed_us += x->ring_us;
+    }
     if (s->xf.busy_dev)
         for (int i = 0; i < x->n; i++) {
             if (x->dev[i] >= 0 && x->dev[i] < eng_kv_blocks(s->engine) &&
@@ -139,6 +184,10 @@ void xfer_start(svc *s, const sched_transfer *t)
     x->dev = dev;
     x->slot = slot;
     x->reload_req = t->cache ? t->req : 0;
+    if (t->n_ring_slots) {
+        if ((rc = ring_copy(s, t, &x->ring_us)) < 0) goto fail;
+        x->ring_bytes = eng_kv_ring_bytes(s->engine);
+    }
     if (s->xf.slot_sum[tier]) {
         int nslots = kvtier_blocks(s->tiers, tier), ndev = eng_kv_blocks(s->engine);
         for (int i = 0; i < n; i++) {

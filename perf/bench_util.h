@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -156,6 +157,45 @@ static inline const char *bench_mkdtemp(const char *tag)
         bench_die("mkdtemp: %s", strerror(errno));
     }
     return bench_dir;
+}
+
+/* ---- what a gateway bench runs ----------------------------------------------------------- */
+
+/* Fills what the command line left NULL: *model and *tok with stories260K and tok512 from
+ * $RINGLM_SHARED/models (../shared when unset), *bin with the bin/ beside the folder argv0
+ * is in (build/perf/gateway_bench → build/perf/../bin). Dies when the model or the
+ * tokenizer is not readable. */
+static inline void bench_default_files(const char *argv0, const char **model, const char **tok,
+                                       const char **bin)
+{
+    static char mbuf[512], tbuf[512], bbuf[512];
+    const char *shared = getenv("RINGLM_SHARED");
+    if (!shared || !*shared) shared = "../shared";
+    if (!*model) snprintf(mbuf, sizeof mbuf, "%s/models/stories260K.bin", shared), *model = mbuf;
+    if (!*tok) snprintf(tbuf, sizeof tbuf, "%s/models/tok512.bin", shared), *tok = tbuf;
+    if (!*bin) {
+        snprintf(bbuf, sizeof bbuf, "%s", argv0);
+        char *sl = strrchr(bbuf, '/');
+        if (sl)
+            *sl = 0;
+        else
+            snprintf(bbuf, sizeof bbuf, ".");
+        strncat(bbuf, "/../bin", sizeof bbuf - strlen(bbuf) - 1);
+        *bin = bbuf;
+    }
+    if (access(*model, R_OK) || access(*tok, R_OK))
+        bench_die("model %s / tokenizer %s not readable (set RINGLM_SHARED)", *model, *tok);
+}
+
+/* Raises the open-file limit to its hard limit (a bench holding thousands of sockets);
+ * returns that limit (0 when it cannot be read). */
+static inline rlim_t bench_raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0;
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    return rl.rlim_cur;
 }
 
 /* ---- the processes measured --------------------------------------------------------------- */

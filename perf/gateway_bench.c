@@ -38,7 +38,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -265,30 +264,8 @@ int main(int argc, char **argv)
     }
     if (requests < 1 || max_tokens < 2 || max_tokens > 500 || streams < 0)
         bench_die("bad arguments");
-    const char *shared = getenv("RINGLM_SHARED");
-    if (!shared || !*shared) shared = "../shared";
-    char mbuf[512], tbuf[512], bbuf[512];
-    if (!model) snprintf(mbuf, sizeof mbuf, "%s/models/stories260K.bin", shared), model = mbuf;
-    if (!tok) snprintf(tbuf, sizeof tbuf, "%s/models/tok512.bin", shared), tok = tbuf;
-    if (!bin) {
-        /* build/perf/gateway_bench → build/bin */
-        snprintf(bbuf, sizeof bbuf, "%s", argv[0]);
-        char *sl = strrchr(bbuf, '/');
-        if (sl)
-            *sl = 0;
-        else
-            snprintf(bbuf, sizeof bbuf, ".");
-        strncat(bbuf, "/../bin", sizeof bbuf - strlen(bbuf) - 1);
-        bin = bbuf;
-    }
-    if (access(model, R_OK) || access(tok, R_OK))
-        bench_die("model %s / tokenizer %s not readable (set RINGLM_SHARED)", model, tok);
-
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
+    bench_default_files(argv[0], &model, &tok, &bin);
+    bench_raise_nofile();
     signal(SIGPIPE, SIG_IGN);
     const char *dir = bench_mkdtemp("gwbench");
     char sock[256], dlog[256], glog[256], ringlmd[600], gw[600], policy[256];

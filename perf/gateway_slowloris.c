@@ -36,7 +36,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -302,31 +301,11 @@ int main(int argc, char **argv)
     if (connections < 0 || connections > 60000 || addrs < 1 || addrs > 250 || trickle_s <= 0 ||
         prompt_kb < 0 || prompt_kb > 1000 || seconds <= 0 || seconds > 600 || probe_ms < 1)
         bench_die("bad arguments");
-    const char *shared = getenv("RINGLM_SHARED");
-    if (!shared || !*shared) shared = "../shared";
-    char mbuf[512], tbuf[512], bbuf[512];
-    if (!model) snprintf(mbuf, sizeof mbuf, "%s/models/stories260K.bin", shared), model = mbuf;
-    if (!tok) snprintf(tbuf, sizeof tbuf, "%s/models/tok512.bin", shared), tok = tbuf;
-    if (!bin) {
-        snprintf(bbuf, sizeof bbuf, "%s", argv[0]);
-        char *sl = strrchr(bbuf, '/');
-        if (sl)
-            *sl = 0;
-        else
-            snprintf(bbuf, sizeof bbuf, ".");
-        strncat(bbuf, "/../bin", sizeof bbuf - strlen(bbuf) - 1);
-        bin = bbuf;
-    }
-    if (access(model, R_OK) || access(tok, R_OK))
-        bench_die("model %s / tokenizer %s not readable (set RINGLM_SHARED)", model, tok);
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
-    if (rl.rlim_cur < (rlim_t)connections + 64)
-        bench_die("RLIMIT_NOFILE %llu is too low for %d connections",
-                  (unsigned long long)rl.rlim_cur, connections);
+    bench_default_files(argv[0], &model, &tok, &bin);
+    const rlim_t nofile = bench_raise_nofile();
+    if (nofile < (rlim_t)connections + 64)
+        bench_die("RLIMIT_NOFILE %llu is too low for %d connections", (unsigned long long)nofile,
+                  connections);
     signal(SIGPIPE, SIG_IGN);
 
     const char *dir = bench_mkdtemp("slowloris");

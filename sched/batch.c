@@ -295,7 +295,7 @@ void sc_step_token_budget(sched *s, uint64_t now)
                 fr = sc_dev_available(s);
                 fr = fr > others ? fr - others : 0;
             }
-            if (fr < need) {
+            if (fr < need || !sc_ring_available(s)) { /* (its ring went with its blocks) */
                 sc_emit_defer(s, r, SCHED_DEFER_BLOCKS, now);
                 break;
             }

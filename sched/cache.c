@@ -143,9 +143,15 @@ static uint64_t plan_copy(sched *s, uint8_t kind, sched_pool src, sched_pool dst
     memcpy(s->xfer_blocks.a + off, sb, n * sizeof(uint32_t));
     memcpy(s->xfer_blocks.a + off + n, db, n * sizeof(uint32_t));
     s->xfer_blocks.n = off + 2 * n;
-    sched_transfer t = {
-        x.id, req_id,         in ? SCHED_XFER_IN : SCHED_XFER_OUT, tier, n, NULL, NULL, bytes, pred,
-        true, in ? tier : src};
+    sched_transfer t = {.id = x.id,
+                        .req = req_id,
+                        .dir = in ? SCHED_XFER_IN : SCHED_XFER_OUT,
+                        .tier = tier,
+                        .n_blocks = n,
+                        .bytes = bytes,
+                        .predicted_us = pred,
+                        .cache = true,
+                        .src_pool = in ? tier : src};
     t.src = (const uint32_t *)(uintptr_t)off; /* fixed up when the plan is sealed */
     t.dst = (const uint32_t *)(uintptr_t)(off + n);
     VEC_PUSH(s, s->transfers, t);

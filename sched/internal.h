@@ -102,6 +102,8 @@ typedef struct req {
     uint32_t swap_len, swap_rel;
     uint32_t *tierb;
     uint32_t n_tier, cap_tier;
+    uint32_t n_tier_ring; /* swapped with a window ring: tierb[n_tier..n_tier + n_tier_ring)
+                             hold the ring's bytes (sched_transfer.ring_slots) */
     /* prefix cache (cache.c): its prompt's tokens and block keys (pcache: it takes part),
      * the index nodes it holds — dev[0..n_pnodes) are those nodes' blocks — and the nodes a
      * lookup found for the admission being considered */
@@ -247,9 +249,10 @@ struct sched {
     uint32_t map_cap, map_n; /* id → slot */
 
     pool pools[SCHED_POOL__COUNT];
-    pool rings;        /* window rings (conf.window_rings): a sequence holding device blocks holds
+    pool rings; /* window rings (conf.window_rings): a sequence holding device blocks holds
                    one (req.ring) */
-    VEC(uint32_t) run; /* RUNNING slots */
+    uint32_t ring_tier_slots;     /* tier slots a swapped ring takes (conf.window_ring_bytes) */
+    VEC(uint32_t) run;            /* RUNNING slots */
     VEC(uint32_t) cancel_pending; /* ENDED, release at next step */
     VEC(xfer_rec) xfers;          /* in flight */
     uint32_t n_waiting, n_swapped, n_in_transit, n_swapping_in, n_blocked, n_parked;

@@ -108,8 +108,9 @@ static bool swap_tier(const sched *s, uint32_t blocks, sched_pool *tier)
 void sc_plan_transfer(sched *s, uint32_t slot, sched_xfer_dir dir, uint64_t now)
 {
     req *r = &s->reqs[slot];
-    uint32_t n = r->n_tier;
-    uint64_t bytes = (uint64_t)n * s->conf.block_size * s->conf.kv_bytes_per_token;
+    uint32_t n = r->n_tier, k = r->n_tier_ring; /* its blocks' slots; its window ring's */
+    uint64_t bytes = (uint64_t)n * s->conf.block_size * s->conf.kv_bytes_per_token +
+                     (k ? s->conf.window_ring_bytes : 0);
     const tier_est *te = &s->tiers[r->tier];
     double pred = dir == SCHED_XFER_OUT
                       ? ((double)te->queued_out + (double)bytes) / te->out_bps * 1e6
@@ -125,7 +126,7 @@ void sc_plan_transfer(sched *s, uint32_t slot, sched_xfer_dir dir, uint64_t now)
     r->moving = true;
     VEC_PUSH(s, s->xfers, x);
     uint32_t off = s->xfer_blocks.n;
-    if (!sc_vec_grow((void **)&s->xfer_blocks.a, &s->xfer_blocks.cap, off + 2 * n,
+    if (!sc_vec_grow((void **)&s->xfer_blocks.a, &s->xfer_blocks.cap, off + 2 * n + k,
                      sizeof(uint32_t))) {
         s->oom = true;
         return;
@@ -137,7 +138,8 @@ void sc_plan_transfer(sched *s, uint32_t slot, sched_xfer_dir dir, uint64_t now)
     memcpy(tier, r->tierb, n * sizeof(uint32_t));
     for (uint32_t i = 0, j = 0; i < r->n_dev && j < n; i++)
         if (r->dev[i] != SCHED_BLOCK_NONE) dev[j++] = r->dev[i];
-    s->xfer_blocks.n = off + 2 * n; /* the next transfer of this plan goes after these */
+    memcpy(s->xfer_blocks.a + off + 2 * n, r->tierb + n, k * sizeof(uint32_t)); /* the ring's */
+    s->xfer_blocks.n = off + 2 * n + k; /* the next transfer of this plan goes after these */
     sched_transfer t = {.id = x.id,
                         .req = r->id,
                         .dir = dir,
@@ -150,6 +152,11 @@ void sc_plan_transfer(sched *s, uint32_t slot, sched_xfer_dir dir, uint64_t now)
     /* pointers fixed up when the plan is sealed (xfer_blocks may still move) */
     t.src = (const uint32_t *)(uintptr_t)off;
     t.dst = (const uint32_t *)(uintptr_t)(off + n);
+    if (k) { /* its window ring: the one it holds (out), or took for the swap-in (in) */
+        t.ring = r->ring;
+        t.n_ring_slots = k;
+        t.ring_slots = (const uint32_t *)(uintptr_t)(off + 2 * n);
+    }
     VEC_PUSH(s, s->transfers, t);
     if (dir == SCHED_XFER_OUT)
         s->tiers[r->tier].queued_out += bytes;
@@ -241,17 +248,22 @@ uint32_t sc_preempt(sched *s, uint32_t slot, bool quota, uint64_t now)
 {
     req *r = &s->reqs[slot];
     uint32_t blocks = dev_held(r); /* a windowed sequence's window: all it swaps */
-    uint64_t bytes = (uint64_t)blocks * s->conf.block_size * s->conf.kv_bytes_per_token;
+    /* with window rings its ring goes too: only the last window of its windowed layers,
+     * whatever its length, in tier slots of a block's bytes */
+    uint32_t ring_slots = r->ring != SCHED_BLOCK_NONE ? s->ring_tier_slots : 0;
+    uint64_t bytes = (uint64_t)blocks * s->conf.block_size * s->conf.kv_bytes_per_token +
+                     (ring_slots ? s->conf.window_ring_bytes : 0);
     sched_pool tier = SCHED_POOL_HOST;
     bool can_swap = s->cfg.mode != SCHED_MODE_CONTINUOUS &&
-                    s->cfg.preemption != SCHED_PREEMPT_RECOMPUTE && swap_tier(s, blocks, &tier);
+                    s->cfg.preemption != SCHED_PREEMPT_RECOMPUTE &&
+                    swap_tier(s, blocks + ring_slots, &tier);
     double sw = can_swap ? sc_swap_cost_us(s, tier, bytes) : -1;
     double rc = sc_prefill_us(s, r->computed);
     if (s->run.n > 1)
         rc += sc_prefill_us(s, r->computed); /* stall: each other sequence waits
                                                              through the re-prefill's steps */
     bool swap = can_swap && (s->cfg.preemption == SCHED_PREEMPT_SWAP || sw < rc);
-    if (swap && !sc_tier_make_room(s, tier, blocks))
+    if (swap && !sc_tier_make_room(s, tier, blocks + ring_slots))
         swap = false; /* counted available: cannot fail */
     double best = swap ? sw : rc;
     if (r->rc_active)
@@ -306,12 +318,13 @@ uint32_t sc_preempt(sched *s, uint32_t slot, bool quota, uint64_t now)
         s->ts[r->tenant].st.preemptions_swap++;
         s->cs[r->cls].st.preemptions_swap++;
         r->tier = (uint8_t)tier;
-        if (!sc_vec_grow((void **)&r->tierb, &r->cap_tier, blocks, sizeof(uint32_t))) {
+        if (!sc_vec_grow((void **)&r->tierb, &r->cap_tier, blocks + ring_slots, sizeof(uint32_t))) {
             s->oom = true;
             return 0;
         }
-        for (uint32_t i = 0; i < blocks; i++) r->tierb[i] = pool_take(&s->pools[tier]);
+        for (uint32_t i = 0; i < blocks + ring_slots; i++) r->tierb[i] = pool_take(&s->pools[tier]);
         r->n_tier = blocks;
+        r->n_tier_ring = ring_slots;
         sc_set_state(s, r, SCHED_REQ_SWAPPING_OUT);
         s->pending_out_blocks += blocks;
         s->ts[r->tenant].pending_out += blocks;

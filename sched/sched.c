@@ -38,6 +38,10 @@ int sched_create(const sched_policy *policy, const sched_config *cfg, sched_even
         if (tb[i] && (!(tc[i]->out_bytes_per_s > 0) || !(tc[i]->in_bytes_per_s > 0) ||
                       !(tc[i]->latency_us >= 0)))
             return bad_config(i ? "disk" : "host", "tier needs bandwidths > 0 and latency >= 0");
+    if (cfg->window_rings && (cfg->kv_blocks_host || cfg->kv_blocks_disk) &&
+        !cfg->window_ring_bytes)
+        return bad_config("window_ring_bytes", "must be > 0 with window rings and a host or "
+                                               "disk tier (a swap moves the ring)");
 
     sched *s = calloc(1, sizeof(*s));
     if (!s) goto oom;
@@ -50,6 +54,10 @@ int sched_create(const sched_policy *policy, const sched_config *cfg, sched_even
     s->seed = seed;
     s->corr = 1.0;
     s->next_xfer = 1;
+    if (cfg->window_rings) {
+        const uint64_t bb = (uint64_t)cfg->block_size * cfg->kv_bytes_per_token;
+        s->ring_tier_slots = (uint32_t)((cfg->window_ring_bytes + bb - 1) / bb);
+    }
     s->n_classes = sched_policy_n_classes(s->policy);
     s->n_tenants = sched_policy_n_tenants(s->policy);
     for (int i = 0; i < s->n_classes; i++) {
@@ -374,6 +382,7 @@ const sched_plan *sched_step(sched *s, uint64_t now)
         sched_transfer *t = &s->transfers.a[i];
         t->src = s->xfer_blocks.a + (uintptr_t)t->src;
         t->dst = s->xfer_blocks.a + (uintptr_t)t->dst;
+        if (t->n_ring_slots) t->ring_slots = s->xfer_blocks.a + (uintptr_t)t->ring_slots;
     }
     sched_plan *pl = &s->plan;
     pl->releases = s->rel_plan.a;
@@ -549,7 +558,7 @@ int sched_get_request(const sched *s, uint64_t id, sched_req_info *o)
     o->computed = r->computed;
     o->blocks[SCHED_POOL_DEVICE] = dev_held(r);
     o->released_blocks = r->n_rel;
-    if (r->n_tier) o->blocks[r->tier] = r->n_tier;
+    if (r->n_tier) o->blocks[r->tier] = r->n_tier + r->n_tier_ring;
     o->preemptions = r->preemptions;
     o->arrival_us = r->arrival_us;
     o->first_token_us = r->first_token_us;
@@ -631,7 +640,7 @@ int sched_check_invariants(const sched *s, char *why, size_t len)
                 BAD("device block %u of request %llu is free or shared", id,
                     (unsigned long long)r->id);
         }
-        for (uint32_t b = 0; b < r->n_tier; b++) {
+        for (uint32_t b = 0; b < r->n_tier + r->n_tier_ring; b++) { /* blocks, then ring */
             uint32_t id = r->tierb[b];
             if (id >= s->pools[r->tier].total || seen[r->tier][id]++)
                 BAD("%s block %u of request %llu is free or shared",

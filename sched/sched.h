@@ -617,9 +617,15 @@ typedef struct sched_config {
      * engine's eng_kv_rings; 0: none): the device blocks hold the global layers' K/V, and a
      * sequence holding device blocks holds one ring too, the windowed layers' K/V of its last
      * window, from its first block to its last (sched_entry.ring).  A start waits (defer
-     * "blocks") while every ring is held.  The caller turns off what would carry a ring past
-     * its sequence's stay: prefix cache, host and disk tiers, n > 1 samples. */
+     * "blocks") while every ring is held.  A swap moves the ring with the blocks: out to
+     * the host or disk tier beside them and back into whichever ring is free at the
+     * swap-in (sched_transfer.ring).  The caller turns off what would carry a ring past its
+     * sequence's stay otherwise: prefix cache, n > 1 samples. */
     uint32_t window_rings;
+    /* Bytes of one window ring (> 0 when window_rings and a host or disk tier): a swap
+     * moves them in ceil(window_ring_bytes / (block_size × kv_bytes_per_token)) tier slots
+     * beside the blocks, and the cost model charges them. */
+    uint64_t window_ring_bytes;
 } sched_config;
 
 /* A block-table entry a windowed sequence gave back (sched_config.attention_window). */
@@ -778,7 +784,7 @@ typedef struct sched_transfer {
     uint32_t n_blocks;
     const uint32_t *src; /* OUT: device ids, IN: tier ids   (valid until next step) */
     const uint32_t *dst; /* OUT: tier ids,   IN: device ids */
-    uint64_t bytes;      /* n_blocks * block_size * kv_bytes_per_token */
+    uint64_t bytes;      /* n_blocks * block_size * kv_bytes_per_token (+ a window ring's) */
     double predicted_us; /* the cost model's duration, incl. what is queued ahead */
     /* A prefix-cache copy: a demotion to a colder pool (OUT, req 0) or a reload to the
      * device (IN, req = the request it is for).  A demotion: the scheduler's books already
@@ -791,6 +797,14 @@ typedef struct sched_transfer {
      * device, or the host for a host → disk demotion (tier = disk). */
     bool cache;
     sched_pool src_pool;
+    /* A swap of a sequence holding a window ring (sched_config.window_rings): the ring moves
+     * too, window_ring_bytes between device ring `ring` (OUT: the one it held; IN: the one
+     * it resumes on) and the tier slots ring_slots[0..n_ring_slots) — the ring's bytes in
+     * order, a block's bytes a slot, the last slot partly used; `bytes` counts them.
+     * n_ring_slots 0: no ring (ring and ring_slots are not set). */
+    uint32_t ring;
+    uint32_t n_ring_slots;
+    const uint32_t *ring_slots; /* (valid until next step) */
 } sched_transfer;
 
 typedef struct sched_preemption {

@@ -159,9 +159,9 @@ uint32_t sc_dev_free_all(sched *s, req *r)
 
 uint32_t sc_tier_free_all(sched *s, req *r)
 {
-    uint32_t n = r->n_tier;
+    uint32_t n = r->n_tier + r->n_tier_ring; /* its blocks' slots, then its ring's */
     for (uint32_t i = n; i-- > 0;) pool_give(&s->pools[r->tier], r->tierb[i]);
-    r->n_tier = 0;
+    r->n_tier = r->n_tier_ring = 0;
     return n;
 }
 

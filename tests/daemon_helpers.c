@@ -471,14 +471,56 @@ int read_results(const char *path, result_line *out, int max)
     return n;
 }
 
+ringlm_client *client_connect(const char *sock)
+{
+    ringlm_client *c;
+    if (ringlm_connect(sock, &c) < 0) {
+        fprintf(stderr, "connect: %s\n", ringlm_errdetail());
+        return NULL;
+    }
+    return c;
+}
+
+int client_submit(ringlm_client *c, const ringlm_request *r, uint64_t *id)
+{
+    if (ringlm_submit(c, r, id) < 0) {
+        fprintf(stderr, "submit: %s\n", ringlm_errdetail());
+        return 4;
+    }
+    return 0;
+}
+
+int client_follow(ringlm_client *c, uint64_t id, FILE *f, int32_t *conv, uint32_t *n, uint32_t cap,
+                  ringlm_event *fin)
+{
+    for (;;) {
+        ringlm_event ev;
+        int rc = ringlm_next_event(c, &ev, 60000);
+        if (rc <= 0) {
+            fprintf(stderr, "next_event: %s\n", ringlm_errdetail());
+            return 5;
+        }
+        if (ev.req_id != id) continue;
+        if (ev.kind == RINGLM_EV_TOKEN) {
+            if (f) fprintf(f, "%d ", ev.token);
+            if (n && *n < cap) {
+                if (conv) conv[*n] = ev.token;
+                ++*n;
+            }
+        }
+        if (ev.kind == RINGLM_EV_FINISH) {
+            if (f) fprintf(f, "| %s %u\n", ringlm_reason_name(ev.finish_reason), ev.n_tokens);
+            if (fin) *fin = ev;
+            return 0;
+        }
+    }
+}
+
 int client_sequential(void *arg)
 {
     seq_job *g = arg;
-    ringlm_client *c;
-    if (ringlm_connect(g->sock, &c) < 0) {
-        fprintf(stderr, "connect: %s\n", ringlm_errdetail());
-        return 2;
-    }
+    ringlm_client *c = client_connect(g->sock);
+    if (!c) return 2;
     FILE *f = fopen(g->out, "w");
     if (!f) return 3;
     for (int i = 0; i < g->n; i++)
@@ -489,23 +531,9 @@ int client_sequential(void *arg)
             r.n_prompt = g->n_prompt[i];
             r.max_new_tokens = g->max_new_of[i] ? g->max_new_of[i] : g->max_new;
             uint64_t id;
-            if (ringlm_submit(c, &r, &id) < 0) {
-                fprintf(stderr, "submit: %s\n", ringlm_errdetail());
-                return 4;
-            }
-            for (;;) {
-                ringlm_event ev;
-                int rc = ringlm_next_event(c, &ev, 60000);
-                if (rc <= 0) {
-                    fprintf(stderr, "next_event: %s\n", ringlm_errdetail());
-                    return 5;
-                }
-                if (ev.kind == RINGLM_EV_TOKEN) fprintf(f, "%d ", ev.token);
-                if (ev.kind == RINGLM_EV_FINISH) {
-                    fprintf(f, "| %s %u\n", ringlm_reason_name(ev.finish_reason), ev.n_tokens);
-                    break;
-                }
-            }
+            int rc = client_submit(c, &r, &id);
+            if (!rc) rc = client_follow(c, id, f, NULL, NULL, 0, NULL);
+            if (rc) return rc;
         }
     fclose(f);
     ringlm_close(c);
@@ -570,11 +598,8 @@ int client_px_concurrent(void *arg)
 {
     px_conc_job *g = arg;
     int n = g->n ? g->n : 4;
-    ringlm_client *c;
-    if (ringlm_connect(g->sock, &c) < 0) {
-        fprintf(stderr, "connect: %s\n", ringlm_errdetail());
-        return 2;
-    }
+    ringlm_client *c = client_connect(g->sock);
+    if (!c) return 2;
     uint64_t ids[4];
     static char out[4][4096];
     size_t len[4] = {0};

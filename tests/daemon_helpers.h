@@ -14,8 +14,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
+#include "ringlm.h"
 #include "shm/wire.h"
 #include "tests/helpers.h"
 
@@ -174,6 +176,19 @@ typedef struct seq_job {
 
 /* Client process for a seq_job. */
 int client_sequential(void *arg);
+
+/* What a client process does with a request, each failure's detail on stderr.
+ * client_connect: a session on the daemon's socket sock; NULL when it cannot connect (the
+ * client process then exits 2). client_submit: submits r on c, its id to *id; 0, or 4 (the
+ * exit code). client_follow: reads c's events up to request id's FINISH (each wait up to
+ * 60 s), that event to *fin (may be NULL); with f, the request's tokens go there as "%d "
+ * and its end as "| reason n_tokens" and a newline; each token is counted in *n while
+ * *n < cap (n may be NULL) and, with conv, stored at conv[*n] first. 0, or 5 when no event
+ * came. */
+ringlm_client *client_connect(const char *sock);
+int client_submit(ringlm_client *c, const ringlm_request *r, uint64_t *id);
+int client_follow(ringlm_client *c, uint64_t id, FILE *f, int32_t *conv, uint32_t *n, uint32_t cap,
+                  ringlm_event *fin);
 
 /* A file's first 64 KiB (malloc()ed); NULL when it cannot be read. */
 char *slurp(const char *path);

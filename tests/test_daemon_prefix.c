@@ -239,11 +239,8 @@ typedef struct dom_job {
 static int client_domains(void *arg)
 {
     dom_job *g = arg;
-    ringlm_client *c;
-    if (ringlm_connect(g->sock, &c) < 0) {
-        fprintf(stderr, "connect: %s\n", ringlm_errdetail());
-        return 2;
-    }
+    ringlm_client *c = client_connect(g->sock);
+    if (!c) return 2;
     for (int i = 0; i < g->n; i++) {
         ringlm_request r;
         ringlm_request_init(&r);
@@ -252,19 +249,9 @@ static int client_domains(void *arg)
         r.max_new_tokens = 4;
         r.tenant_tag = g->tags[i];
         uint64_t id;
-        if (ringlm_submit(c, &r, &id) < 0) {
-            fprintf(stderr, "submit: %s\n", ringlm_errdetail());
-            return 4;
-        }
-        for (;;) {
-            ringlm_event ev;
-            int rc = ringlm_next_event(c, &ev, 60000);
-            if (rc <= 0) {
-                fprintf(stderr, "next_event: %s\n", ringlm_errdetail());
-                return 5;
-            }
-            if (ev.kind == RINGLM_EV_FINISH) break;
-        }
+        int rc = client_submit(c, &r, &id);
+        if (!rc) rc = client_follow(c, id, NULL, NULL, NULL, 0, NULL);
+        if (rc) return rc;
     }
     ringlm_close(c);
     return 0;
@@ -436,11 +423,8 @@ typedef struct fc_job {
 static int client_finish_cached(void *arg)
 {
     fc_job *g = arg;
-    ringlm_client *c;
-    if (ringlm_connect(g->sock, &c) < 0) {
-        fprintf(stderr, "connect: %s\n", ringlm_errdetail());
-        return 2;
-    }
+    ringlm_client *c = client_connect(g->sock);
+    if (!c) return 2;
     FILE *f = fopen(g->out, "w");
     if (!f) return 3;
     static const uint32_t max_new[] = {4, 4, 1u << 20};
@@ -451,22 +435,11 @@ static int client_finish_cached(void *arg)
         r.n_prompt = FC_PROMPT;
         r.max_new_tokens = max_new[i];
         uint64_t id;
-        if (ringlm_submit(c, &r, &id) < 0) {
-            fprintf(stderr, "submit: %s\n", ringlm_errdetail());
-            return 4;
-        }
-        for (;;) {
-            ringlm_event ev;
-            int rc = ringlm_next_event(c, &ev, 60000);
-            if (rc <= 0) {
-                fprintf(stderr, "next_event: %s\n", ringlm_errdetail());
-                return 5;
-            }
-            if (ev.kind == RINGLM_EV_FINISH && ev.req_id == id) {
-                fprintf(f, "%s %u\n", ringlm_reason_name(ev.finish_reason), ev.n_cached_tokens);
-                break;
-            }
-        }
+        ringlm_event fin;
+        int rc = client_submit(c, &r, &id);
+        if (!rc) rc = client_follow(c, id, NULL, NULL, NULL, 0, &fin);
+        if (rc) return rc;
+        fprintf(f, "%s %u\n", ringlm_reason_name(fin.finish_reason), fin.n_cached_tokens);
     }
     fclose(f);
     ringlm_close(c);
@@ -731,41 +704,61 @@ typedef struct px_kill_job {
 static int client_px_kill(void *arg)
 {
     px_kill_job *g = arg;
-    ringlm_client *c;
-    if (ringlm_connect(g->sock, &c) < 0) {
-        fprintf(stderr, "connect: %s\n", ringlm_errdetail());
-        return 2;
-    }
+    ringlm_client *c = client_connect(g->sock);
+    if (!c) return 2;
     ringlm_request r;
     ringlm_request_init(&r);
     r.prompt = g->prompt;
     r.n_prompt = g->n_prompt;
     r.max_new_tokens = g->max_new;
     uint64_t id;
-    if (ringlm_submit(c, &r, &id) < 0) {
-        fprintf(stderr, "submit: %s\n", ringlm_errdetail());
-        return 4;
-    }
+    int rc = client_submit(c, &r, &id);
+    if (rc) return rc;
     if (g->ready_fd >= 0 && write(g->ready_fd, "s", 1) != 1) return 6;
     FILE *f = g->out ? fopen(g->out, "w") : NULL;
-    for (;;) {
-        ringlm_event ev;
-        int rc = ringlm_next_event(c, &ev, 60000);
-        if (rc <= 0) {
-            fprintf(stderr, "next_event: %s\n", ringlm_errdetail());
-            return 5;
-        }
-        if (ev.kind == RINGLM_EV_TOKEN && f) fprintf(f, "%d ", ev.token);
-        if (ev.kind == RINGLM_EV_FINISH) {
-            if (f) {
-                fprintf(f, "| %s %u\n", ringlm_reason_name(ev.finish_reason), ev.n_tokens);
-                fclose(f);
-            }
-            break;
-        }
-    }
+    if ((rc = client_follow(c, id, f, NULL, NULL, 0, NULL))) return rc;
+    if (f) fclose(f);
     ringlm_close(c);
     return 0;
+}
+
+/* The start of a mid-prefill test: a daemon on the stories15M shape under `policy`, ranked
+ * below the clients (a test that kills or cancels preempts it: at nice -10 all 3 victims had
+ * finished before the kill at load 20); *base caches a 64-token prefix; *surv, that prefix
+ * and its own tokens up to surv_prompt, runs once alone into <dir>/surv-ref.txt (ref) and is
+ * set to run again into <dir>/surv-again.txt (again). */
+static void px_start_shared(dmn *d, const char *policy, px_kill_job *base, px_kill_job *surv,
+                            uint32_t surv_prompt, char (*ref)[160], char (*again)[160])
+{
+    static const char *const below_clients[] = {DMN_BELOW_CLIENTS, NULL};
+    dmn_start(d, "synthetic:stories15M:7", policy, below_clients);
+    memset(base, 0, sizeof *base);
+    base->sock = d->sock;
+    base->ready_fd = -1;
+    for (int k = 0; k < 64; k++) base->prompt[k] = 3 + (11 * k) % 500;
+    base->n_prompt = 64;
+    base->max_new = 2;
+    cr_assert_eq(reap(spawn(client_px_kill, base), 60000), 0, "base prompt");
+    *surv = *base;
+    for (uint32_t k = 64; k < surv_prompt; k++) surv->prompt[k] = 3 + (5 * k) % 500;
+    surv->n_prompt = surv_prompt;
+    surv->max_new = 16;
+    snprintf(*ref, sizeof *ref, "%s/surv-ref.txt", d->dir);
+    snprintf(*again, sizeof *again, "%s/surv-again.txt", d->dir);
+    surv->out = *ref;
+    cr_assert_eq(reap(spawn(client_px_kill, surv), 60000), 0, "survivor alone");
+    surv->out = *again;
+}
+
+/* Waits (20 s at most) for the decision log's n-th cache_hit line: `who` was admitted
+ * holding the shared blocks. */
+static void px_wait_hits(const dmn *d, int n, const char *who)
+{
+    for (uint64_t deadline = th_now_ms() + 20000;;) {
+        if (count_lines(d->declog, "\"ev\":\"cache_hit\"") >= n) break;
+        cr_assert(th_now_ms() < deadline, "%s never admitted with a cache hit", who);
+        th_pause_ms(2);
+    }
 }
 
 Test(daemon_prefix, prefix_cache_kill9_mid_prefill_of_sharing_requests_leaks_nothing)
@@ -776,32 +769,11 @@ Test(daemon_prefix, prefix_cache_kill9_mid_prefill_of_sharing_requests_leaks_not
      * their cache hits (the decision log is written behind the loop: up to its writer's
      * 10 ms wait).  On stories260K the whole prefill fits in that lag and a victim could
      * finish before it was killed. */
-    const char *model = "synthetic:stories15M:7";
-    const char *policy = "[scheduler]\nmode = token_budget\ntoken_budget = 32\nprefill_chunk = 2\n";
-    /* and the test (it kills) preempts the daemon: at nice -10 all 3 victims had finished
-     * before the kill at load 20 */
-    static const char *const below_clients[] = {DMN_BELOW_CLIENTS, NULL};
     dmn d;
-    dmn_start(&d, model, policy, below_clients);
     static px_kill_job base, surv, victim[3];
-    memset(&base, 0, sizeof base);
-    base.sock = d.sock;
-    base.ready_fd = -1;
-    for (int k = 0; k < 64; k++) base.prompt[k] = 3 + (11 * k) % 500;
-    base.n_prompt = 64;
-    base.max_new = 2;
-    cr_assert_eq(reap(spawn(client_px_kill, &base), 60000), 0,
-                 "base prompt"); /* 64 tokens cached */
-    surv = base;
-    for (int k = 64; k < 160; k++) surv.prompt[k] = 3 + (5 * k) % 500;
-    surv.n_prompt = 160;
-    surv.max_new = 16;
     char ref[160], again[160];
-    snprintf(ref, sizeof ref, "%s/surv-ref.txt", d.dir);
-    snprintf(again, sizeof again, "%s/surv-again.txt", d.dir);
-    surv.out = ref;
-    cr_assert_eq(reap(spawn(client_px_kill, &surv), 60000), 0, "survivor alone");
-    surv.out = again;
+    px_start_shared(&d, "[scheduler]\nmode = token_budget\ntoken_budget = 32\nprefill_chunk = 2\n",
+                    &base, &surv, 160, &ref, &again);
     int pfd[2];
     cr_assert_eq(pipe(pfd), 0);
     pid_t kids[3];
@@ -821,12 +793,7 @@ Test(daemon_prefix, prefix_cache_kill9_mid_prefill_of_sharing_requests_leaks_not
     close(pfd[0]);
     pid_t sp = spawn(client_px_kill, &surv);
     /* the victims are admitted (each found the shared 64 tokens: cache_hit) — then killed */
-    for (uint64_t deadline = th_now_ms() + 20000;;) {
-        if (count_lines(d.declog, "\"ev\":\"cache_hit\"") >= 2 + 3)
-            break; /* the survivor twice, 3 victims */
-        cr_assert(th_now_ms() < deadline, "the victims were never admitted with a cache hit");
-        th_pause_ms(2);
-    }
+    px_wait_hits(&d, 2 + 3, "the victims were"); /* the survivor twice, 3 victims */
     for (int i = 0; i < 3; i++) kill(kids[i], SIGKILL);
     for (int i = 0; i < 3; i++) reap(kids[i], 5000);
     cr_assert_eq(reap(sp, 60000), 0, "survivor");
@@ -866,44 +833,29 @@ typedef struct px_cancel_job {
 static int client_px_cancel(void *arg)
 {
     px_cancel_job *g = arg;
-    ringlm_client *c;
-    if (ringlm_connect(g->sock, &c) < 0) {
-        fprintf(stderr, "connect: %s\n", ringlm_errdetail());
-        return 2;
-    }
+    ringlm_client *c = client_connect(g->sock);
+    if (!c) return 2;
     ringlm_request r;
     ringlm_request_init(&r);
     r.prompt = g->prompt;
     r.n_prompt = 240;
     r.max_new_tokens = 8;
     uint64_t id;
-    if (ringlm_submit(c, &r, &id) < 0) {
-        fprintf(stderr, "submit: %s\n", ringlm_errdetail());
-        return 4;
-    }
+    int rc = client_submit(c, &r, &id);
+    if (rc) return rc;
     char b;
     if (write(g->ready_fd, "s", 1) != 1 || read(g->go_fd, &b, 1) != 1) return 6;
     if (ringlm_cancel(c, id) < 0) {
         fprintf(stderr, "cancel: %s\n", ringlm_errdetail());
         return 7;
     }
-    int tokens = 0;
-    for (;;) {
-        ringlm_event ev;
-        int rc = ringlm_next_event(c, &ev, 60000);
-        if (rc <= 0) {
-            fprintf(stderr, "next_event: %s\n", ringlm_errdetail());
-            return 5;
-        }
-        tokens += ev.kind == RINGLM_EV_TOKEN;
-        if (ev.kind == RINGLM_EV_FINISH) {
-            FILE *f = fopen(g->out, "w");
-            if (!f) return 3;
-            fprintf(f, "%s %d\n", ringlm_reason_name(ev.finish_reason), tokens);
-            fclose(f);
-            break;
-        }
-    }
+    uint32_t tokens = 0;
+    ringlm_event fin;
+    if ((rc = client_follow(c, id, NULL, NULL, &tokens, UINT32_MAX, &fin))) return rc;
+    FILE *f = fopen(g->out, "w");
+    if (!f) return 3;
+    fprintf(f, "%s %u\n", ringlm_reason_name(fin.finish_reason), tokens);
+    fclose(f);
     ringlm_close(c);
     return 0;
 }
@@ -913,31 +865,12 @@ Test(daemon_prefix, prefix_cache_cancel_mid_prefill_of_a_sharing_request_leaks_n
     need_daemon_binary();
     /* the stories15M shape, one prompt token per step: the victim's own 176 tokens take 176
      * steps of several ms to prefill, long after the test saw it admitted */
-    const char *model = "synthetic:stories15M:7";
-    const char *policy = "[scheduler]\nmode = token_budget\ntoken_budget = 32\nprefill_chunk = 1\n";
-    static const char *const below_clients[] = {DMN_BELOW_CLIENTS, NULL};
     dmn d;
-    dmn_start(&d, model, policy, below_clients);
     static px_kill_job base, surv;
-    memset(&base, 0, sizeof base);
-    base.sock = d.sock;
-    base.ready_fd = -1;
-    for (int k = 0; k < 64; k++) base.prompt[k] = 3 + (11 * k) % 500;
-    base.n_prompt = 64;
-    base.max_new = 2;
-    cr_assert_eq(reap(spawn(client_px_kill, &base), 60000), 0,
-                 "base prompt"); /* 64 tokens cached */
-    surv = base;
-    for (int k = 64; k < 80; k++) surv.prompt[k] = 3 + (5 * k) % 500;
-    surv.n_prompt = 80;
-    surv.max_new = 16;
     char ref[160], again[160], vout[160];
-    snprintf(ref, sizeof ref, "%s/surv-ref.txt", d.dir);
-    snprintf(again, sizeof again, "%s/surv-again.txt", d.dir);
+    px_start_shared(&d, "[scheduler]\nmode = token_budget\ntoken_budget = 32\nprefill_chunk = 1\n",
+                    &base, &surv, 80, &ref, &again);
     snprintf(vout, sizeof vout, "%s/victim.txt", d.dir);
-    surv.out = ref;
-    cr_assert_eq(reap(spawn(client_px_kill, &surv), 60000), 0, "survivor alone");
-    surv.out = again;
     static px_cancel_job victim;
     memset(&victim, 0, sizeof victim);
     victim.sock = d.sock;
@@ -956,17 +889,9 @@ Test(daemon_prefix, prefix_cache_cancel_mid_prefill_of_a_sharing_request_leaks_n
     cr_assert_eq(read(ready[0], &b, 1), 1, "the victim never submitted");
     close(ready[0]);
     /* admitted holding the shared blocks: base, survivor alone, victim */
-    for (uint64_t deadline = th_now_ms() + 20000;;) {
-        if (count_lines(d.declog, "\"ev\":\"cache_hit\"") >= 2) break;
-        cr_assert(th_now_ms() < deadline, "the victim was never admitted with a cache hit");
-        th_pause_ms(2);
-    }
+    px_wait_hits(&d, 2, "the victim was");
     pid_t sp = spawn(client_px_kill, &surv);
-    for (uint64_t deadline = th_now_ms() + 20000;;) { /* and the survivor holds them too */
-        if (count_lines(d.declog, "\"ev\":\"cache_hit\"") >= 3) break;
-        cr_assert(th_now_ms() < deadline, "the survivor was never admitted with a cache hit");
-        th_pause_ms(2);
-    }
+    px_wait_hits(&d, 3, "the survivor was"); /* and the survivor holds them too */
     cr_assert_eq(write(go[1], "c", 1), 1);
     close(go[1]);
     cr_assert_eq(reap(vk, 60000), 0, "victim");

@@ -264,11 +264,8 @@ typedef struct rl_job {
 static int client_reload_beside(void *arg)
 {
     rl_job *g = arg;
-    ringlm_client *c;
-    if (ringlm_connect(g->sock, &c) < 0) {
-        fprintf(stderr, "connect: %s\n", ringlm_errdetail());
-        return 2;
-    }
+    ringlm_client *c = client_connect(g->sock);
+    if (!c) return 2;
     static char sbuf[8192], rbuf[RL_N][1024];
     size_t slen = 0;
     ringlm_request q;

@@ -138,11 +138,8 @@ typedef struct turn_job {
 static int client_turns(void *arg)
 {
     turn_job *g = arg;
-    ringlm_client *c;
-    if (ringlm_connect(g->sock, &c) < 0) {
-        fprintf(stderr, "connect: %s\n", ringlm_errdetail());
-        return 2;
-    }
+    ringlm_client *c = client_connect(g->sock);
+    if (!c) return 2;
     FILE *f = fopen(g->out, "w");
     if (!f) return 3;
     int32_t conv[128];
@@ -156,27 +153,10 @@ static int client_turns(void *arg)
         r.max_new_tokens = turn ? 16 : 40;
         r.ignore_stop = true;
         uint64_t id;
-        if (ringlm_submit(c, &r, &id) < 0) {
-            fprintf(stderr, "submit: %s\n", ringlm_errdetail());
-            return 4;
-        }
         uint32_t n0 = n;
-        for (;;) {
-            ringlm_event ev;
-            int rc = ringlm_next_event(c, &ev, 60000);
-            if (rc <= 0) {
-                fprintf(stderr, "next_event: %s\n", ringlm_errdetail());
-                return 5;
-            }
-            if (ev.kind == RINGLM_EV_TOKEN) {
-                fprintf(f, "%d ", ev.token);
-                if (n < 120) conv[n++] = ev.token;
-            }
-            if (ev.kind == RINGLM_EV_FINISH) {
-                fprintf(f, "| %s %u\n", ringlm_reason_name(ev.finish_reason), ev.n_tokens);
-                break;
-            }
-        }
+        int rc = client_submit(c, &r, &id);
+        if (!rc) rc = client_follow(c, id, f, conv, &n, 120, NULL);
+        if (rc) return rc;
         if (turn == 0 && n != n0 + 40) return 6;
         for (int k = 0; k < 8; k++) conv[n++] = 3 + (37 * k + 11) % 400; /* the user's next words */
     }
@@ -245,11 +225,8 @@ typedef struct edge_job {
 static int client_edge_turns(void *arg)
 {
     edge_job *g = arg;
-    ringlm_client *c;
-    if (ringlm_connect(g->sock, &c) < 0) {
-        fprintf(stderr, "connect: %s\n", ringlm_errdetail());
-        return 2;
-    }
+    ringlm_client *c = client_connect(g->sock);
+    if (!c) return 2;
     FILE *f = fopen(g->out, "w");
     if (!f) return 3;
     static int32_t conv[512];
@@ -263,29 +240,13 @@ static int client_edge_turns(void *arg)
         r.max_new_tokens = turn == 0 ? g->max_new1 : turn == 1 ? g->bs - n % g->bs : 8;
         r.ignore_stop = turn > 0;
         uint64_t id;
-        if (ringlm_submit(c, &r, &id) < 0) {
-            fprintf(stderr, "submit: %s\n", ringlm_errdetail());
-            return 4;
-        }
-        for (;;) {
-            ringlm_event ev;
-            int rc = ringlm_next_event(c, &ev, 60000);
-            if (rc <= 0) {
-                fprintf(stderr, "next_event: %s\n", ringlm_errdetail());
-                return 5;
-            }
-            if (ev.kind == RINGLM_EV_TOKEN) {
-                fprintf(f, "%d ", ev.token);
-                if (n < 500) conv[n++] = ev.token;
-            }
-            if (ev.kind == RINGLM_EV_FINISH) {
-                fprintf(f, "| %s %u\n", ringlm_reason_name(ev.finish_reason), ev.n_tokens);
-                if (turn == 0 && ev.finish_reason != RINGLM_FINISH_STOP) {
-                    fprintf(stderr, "turn 1 did not stop\n");
-                    return 6;
-                }
-                break;
-            }
+        ringlm_event fin;
+        int rc = client_submit(c, &r, &id);
+        if (!rc) rc = client_follow(c, id, f, conv, &n, 500, &fin);
+        if (rc) return rc;
+        if (turn == 0 && fin.finish_reason != RINGLM_FINISH_STOP) {
+            fprintf(stderr, "turn 1 did not stop\n");
+            return 6;
         }
         for (int k = 0; k < 8; k++) conv[n++] = 3 + (37 * k + 11) % 400; /* the user's next words */
     }
@@ -319,11 +280,8 @@ typedef struct probe_job {
 static int client_probe_stops(void *arg)
 {
     probe_job *g = arg;
-    ringlm_client *c;
-    if (ringlm_connect(g->sock, &c) < 0) {
-        fprintf(stderr, "connect: %s\n", ringlm_errdetail());
-        return 2;
-    }
+    ringlm_client *c = client_connect(g->sock);
+    if (!c) return 2;
     static ringlm_request r[64];
     uint64_t ids[64];
     uint32_t got[64] = {0};

@@ -223,6 +223,16 @@ static char *mixed_reference(const char *model, px_conc_job *g)
     return o;
 }
 
+/* The daemon's streams (got) equal the reference's (want), or `what` says how they differ;
+ * then the daemon's files and both outputs go. */
+static void streams_equal_then_clean(dmn *d, char *got, char *want, const char *what)
+{
+    cr_assert_str_eq(got, want, "%s", what);
+    dmn_cleanup(d);
+    free(got);
+    free(want);
+}
+
 static void mixed_long_stream(bool gemma3)
 {
     need_daemon_binary();
@@ -247,10 +257,8 @@ static void mixed_long_stream(bool gemma3)
               log);
     dmn_run_client(&d, client_px_concurrent, &g, "client (rings)");
     char *got = dmn_stop_output(&d);
-    cr_assert_str_eq(got, want, "greedy stream on rings differs from every layer in the blocks");
-    dmn_cleanup(&d);
-    free(got);
-    free(want);
+    streams_equal_then_clean(&d, got, want,
+                             "greedy stream on rings differs from every layer in the blocks");
 }
 
 Test(daemon_window, gemma2_stream_on_rings_equals_every_layer_in_blocks, .init = mk_tmpdir,
@@ -265,9 +273,101 @@ Test(daemon_window, gemma3_stream_on_rings_equals_every_layer_in_blocks, .init =
     mixed_long_stream(true);
 }
 
-/* Two gemma2 streams of 408 positions (26 blocks each) in 40 blocks: one is preempted and,
- * swap being off with rings (its policy asks for swap, a host tier is offered), recomputed
- * from position 0 on a ring it takes again; both streams equal the reference. */
+/* The pools ringlmd logs at start: one ring's bytes and one (global layers') block's. */
+static void ring_and_block_bytes(const dmn *d, double *ring, double *block)
+{
+    const char *log = th_daemon_output(&d->th), *p = strstr(log, "blocks (");
+    cr_assert(p, "the daemon logs its rings: %s", log);
+    unsigned long long rb = 0, bb = 0;
+    int nb = 0;
+    cr_assert_eq(sscanf(p, "blocks (%llu bytes a ring), global layers in %d blocks of %llu bytes",
+                        &rb, &nb, &bb),
+                 3, "ring and block bytes in: %.200s", p);
+    *ring = (double)rb;
+    *block = (double)bb;
+}
+
+/* Every swap-out and swap-in the decision log records (plan and completion lines) moved its
+ * device blocks and its whole ring to `pool`, nothing more: bytes = blocks × block bytes +
+ * ring bytes. Returns how many swap-outs were planned. */
+static int swaps_moved_blocks_and_ring(const dmn *d, const char *pool, double ring, double block)
+{
+    FILE *f = fopen(d->declog, "r");
+    cr_assert_not_null(f, "decision log %s", d->declog);
+    char *line = NULL, want_pool[48];
+    size_t cap = 0;
+    int outs = 0, lines = 0;
+    snprintf(want_pool, sizeof want_pool, "\"pool\":\"%s\"", pool);
+    while (getline(&line, &cap, f) > 0) {
+        bool out = strstr(line, "\"ev\":\"swap_out\""), in = strstr(line, "\"ev\":\"swap_in\"");
+        if (!out && !in) continue;
+        lines++;
+        if (out && !strstr(line, "\"predicted_us\"")) outs++; /* the plan's, not the done */
+        double blocks = json_num_of(line, "blocks"), bytes = json_num_of(line, "bytes");
+        cr_assert(strstr(line, want_pool), "swapped to the %s tier: %s", pool, line);
+        cr_assert(blocks >= 1, "a swap moves blocks: %s", line);
+        cr_assert_eq(bytes, blocks * block + ring,
+                     "bytes = %g blocks of %g + a ring of %g (window only): %s", blocks, block,
+                     ring, line);
+    }
+    free(line);
+    fclose(f);
+    cr_log_info("%d swap lines, %d swap-outs planned", lines, outs);
+    return outs;
+}
+
+/* Two streams preempted under a swap policy in a pool too small for both: each swap moves
+ * the sequence's global blocks and its window ring (only the ring's blocks: its last window,
+ * not its length) to the host or disk tier and back into whichever ring is free, checked
+ * byte for byte (--verify-swaps checksums the ring out, scrubs it, checks it back), and both
+ * streams equal the reference. gemma2: 408 positions (26 blocks) each in 40 blocks, host
+ * tier; gemma3: 248 (16 blocks) each in 24, disk tier. */
+static void mixed_preempted_swaps(bool gemma3)
+{
+    need_daemon_binary();
+    char model[512], disk[600];
+    mixed_model(model, sizeof model, gemma3);
+    static px_conc_job g;
+    prompts(&g, 2);
+    if (gemma3) g.max_new = 240;
+    char *want = mixed_reference(model, &g);
+
+    snprintf(disk, sizeof disk, "%s/kv.disk", tmpdir);
+    const char *host[] = {"--kv-blocks",      "40", "--kv-block-size", "16",
+                          "--host-kv-blocks", "64", "--verify-swaps",  NULL};
+    const char *dsk[] = {"--kv-blocks",      "24",  "--kv-block-size", "16", "--disk-kv", disk,
+                         "--disk-kv-blocks", "128", "--verify-swaps",  NULL};
+    dmn d;
+    dmn_start_for(&d, model, policy("swap"), gemma3 ? dsk : host, &g.sock, &g.out);
+    double ring, block;
+    ring_and_block_bytes(&d, &ring, &block);
+    dmn_run_client(&d, client_px_concurrent, &g, "client (rings, swapped)");
+    char *got = dmn_stop_output(&d);
+    int swaps = decision_count(&d, "preempt", "\"mode\":\"swap\"");
+    cr_log_info("rings: %d swap preemptions", swaps);
+    cr_assert_gt(swaps, 0, "%s: a preemption by swap with rings", gemma3 ? "gemma3" : "gemma2");
+    cr_assert_eq(decision_count(&d, "preempt", "\"mode\":\"recompute\""), 0, "none recomputed");
+    cr_assert_eq(swaps_moved_blocks_and_ring(&d, gemma3 ? "disk" : "host", ring, block), swaps,
+                 "a swap-out per swap preemption");
+    streams_equal_then_clean(&d, got, want,
+                             "streams after swaps on rings differ from the reference");
+}
+
+Test(daemon_window, gemma2_preempted_on_rings_swaps_ring_to_host, .init = mk_tmpdir,
+     .fini = rm_tmpdir, .timeout = 300)
+{
+    mixed_preempted_swaps(false);
+}
+
+Test(daemon_window, gemma3_preempted_on_rings_swaps_ring_to_disk, .init = mk_tmpdir,
+     .fini = rm_tmpdir, .timeout = 300)
+{
+    mixed_preempted_swaps(true);
+}
+
+/* Two gemma2 streams of 408 positions (26 blocks each) in 40 blocks under a recompute
+ * policy: one is preempted and recomputed from position 0 on a ring it takes again; both
+ * streams equal the reference. */
 Test(daemon_window, gemma2_preempted_on_rings_recomputes, .init = mk_tmpdir, .fini = rm_tmpdir,
      .timeout = 300)
 {
@@ -278,18 +378,14 @@ Test(daemon_window, gemma2_preempted_on_rings_recomputes, .init = mk_tmpdir, .fi
     prompts(&g, 2);
     char *want = mixed_reference(model, &g);
 
-    const char *flags[] = {"--kv-blocks", "40", "--kv-block-size", "16", "--host-kv-blocks",
-                           "64",          NULL};
+    const char *flags[] = {"--kv-blocks", "40", "--kv-block-size", "16", NULL};
     dmn d;
-    dmn_start_for(&d, model, policy("swap"), flags, &g.sock, &g.out);
+    dmn_start_for(&d, model, policy("recompute"), flags, &g.sock, &g.out);
     dmn_run_client(&d, client_px_concurrent, &g, "client (rings, small pool)");
     char *got = dmn_stop_output(&d);
     int recomputes = decision_count(&d, "preempt", "\"mode\":\"recompute\"");
     cr_log_info("rings: %d recompute preemptions", recomputes);
     cr_assert_gt(recomputes, 0, "40 blocks for two sequences of 26: a preemption");
-    cr_assert_eq(decision_count(&d, "preempt", "\"mode\":\"swap\""), 0, "no swap with rings");
-    cr_assert_str_eq(got, want, "streams after recompute on rings differ from the reference");
-    dmn_cleanup(&d);
-    free(got);
-    free(want);
+    streams_equal_then_clean(&d, got, want,
+                             "streams after recompute on rings differ from the reference");
 }

@@ -134,6 +134,41 @@ static void run_jobs(job *jobs, int n)
     json_decref(out);
 }
 
+/* A synthetic model exported in one type, compared on the five-token prompt. */
+typedef struct prompt5_case {
+    const char *spec, *type;
+    const char *arch;  /* NULL: llama */
+    int head_dim;      /* 0: the preset's */
+    int window;        /* sliding window of the windowed layers; 0: none */
+    int min_equal;     /* steps that must agree before a near tie may end the comparison */
+    int ctx;           /* llama.cpp's context size; 0: 256 */
+    const char *label; /* NULL: the type */
+} prompt5_case;
+
+/* Exports each case and compares ringlm's greedy tokens with llama.cpp's from
+ * {1, 300, 301, 17, 260}; stop as in job, near_tie 0: 1e-4 for F32 files, 5e-3 for the rest. */
+static void run_prompt5_cases(const prompt5_case *cases, int n, int stop, double near_tie)
+{
+    static const int32_t prompt[] = {1, 300, 301, 17, 260};
+    job *jobs = calloc((size_t)n, sizeof *jobs);
+    cr_assert_not_null(jobs);
+    for (int i = 0; i < n; i++) {
+        const prompt5_case *c = &cases[i];
+        snprintf(jobs[i].model, sizeof jobs[i].model, "%s/case-%d.gguf", tmpdir, i);
+        export_gguf_window(c->spec, NULL, c->type, c->arch ? c->arch : "llama", c->head_dim,
+                           c->window, jobs[i].model);
+        memcpy(jobs[i].prompt, prompt, sizeof prompt);
+        jobs[i].n_prompt = (int)(sizeof prompt / sizeof prompt[0]);
+        jobs[i].stop = stop;
+        jobs[i].near_tie = near_tie > 0 ? near_tie : strstr(c->type, "F32") ? 1e-4 : 5e-3;
+        jobs[i].min_equal = c->min_equal;
+        jobs[i].ctx = c->ctx;
+        jobs[i].label = c->label ? c->label : c->type;
+    }
+    run_jobs(jobs, n);
+    free(jobs);
+}
+
 Test(gguf_oracle, stories260k_converted_equals_llama_cpp, .init = mk_tmpdir, .fini = rm_tmpdir,
      .timeout = 300)
 {
@@ -163,37 +198,22 @@ Test(gguf_oracle, synthetic_shapes_in_every_type_equal_llama_cpp, .init = mk_tmp
      .fini = rm_tmpdir, .timeout = 600)
 {
     skip_without_node();
-    static const struct {
-        const char *spec, *type, *arch, *label;
-    } cases[] = {
-        {"synthetic:quant-test:3", "F32", "llama", "quant-test F32"},
-        {"synthetic:quant-test:3", "F16", "llama", "quant-test F16"},
-        {"synthetic:quant-test:3", "BF16", "llama", "quant-test BF16"},
-        {"synthetic:quant-test:3", "Q8_0", "llama", "quant-test Q8_0"},
-        {"synthetic:quant-test:3", "Q6_K", "llama", "quant-test Q6_K"},
-        {"synthetic:quant-test:3", "Q4_K", "llama", "quant-test Q4_K"},
-        {"synthetic:quant-test:3", "Q4_K_M", "llama", "quant-test Q4_K_M"},
-        {"synthetic:gqa-test:4", "F32", "llama", "gqa-test F32"},
-        {"synthetic:gqa-test:4", "Q8_0", "llama", "gqa-test Q8_0"},
-        {"synthetic:quant-test:5", "F32", "qwen2", "qwen2 F32"},
-        {"synthetic:quant-test:5", "Q8_0", "qwen2", "qwen2 Q8_0"},
-        {"synthetic:stories15M:6", "F32", "llama", "stories15M F32"},
-        {"synthetic:stories15M:6", "Q8_0", "llama", "stories15M Q8_0"},
+    static const prompt5_case cases[] = {
+        {"synthetic:quant-test:3", "F32", .label = "quant-test F32"},
+        {"synthetic:quant-test:3", "F16", .label = "quant-test F16"},
+        {"synthetic:quant-test:3", "BF16", .label = "quant-test BF16"},
+        {"synthetic:quant-test:3", "Q8_0", .label = "quant-test Q8_0"},
+        {"synthetic:quant-test:3", "Q6_K", .label = "quant-test Q6_K"},
+        {"synthetic:quant-test:3", "Q4_K", .label = "quant-test Q4_K"},
+        {"synthetic:quant-test:3", "Q4_K_M", .label = "quant-test Q4_K_M"},
+        {"synthetic:gqa-test:4", "F32", .label = "gqa-test F32"},
+        {"synthetic:gqa-test:4", "Q8_0", .label = "gqa-test Q8_0"},
+        {"synthetic:quant-test:5", "F32", "qwen2", .label = "qwen2 F32"},
+        {"synthetic:quant-test:5", "Q8_0", "qwen2", .label = "qwen2 Q8_0"},
+        {"synthetic:stories15M:6", "F32", .label = "stories15M F32"},
+        {"synthetic:stories15M:6", "Q8_0", .label = "stories15M Q8_0"},
     };
-    enum { N = sizeof cases / sizeof cases[0] };
-    job jobs[N] = {0};
-    for (int i = 0; i < N; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "m%d.gguf", i);
-        export_to(&jobs[i], cases[i].spec, NULL, cases[i].type, cases[i].arch, name);
-        int32_t p[] = {1, 300, 301, 17, 260};
-        memcpy(jobs[i].prompt, p, sizeof p);
-        jobs[i].n_prompt = 5;
-        jobs[i].stop = -1;
-        jobs[i].near_tie = strstr(cases[i].type, "F32") ? 1e-4 : 5e-3;
-        jobs[i].label = cases[i].label;
-    }
-    run_jobs(jobs, N);
+    run_prompt5_cases(cases, sizeof cases / sizeof cases[0], -1, 0);
 }
 
 /* A prompt of 48 tokens, prefilled in one step: above the integer dots' rows, the quantized
@@ -231,30 +251,14 @@ Test(gguf_oracle, long_prompts_prefilled_in_one_step_equal_llama_cpp, .init = mk
 Test(gguf_oracle, qwen3_equals_llama_cpp, .init = mk_tmpdir, .fini = rm_tmpdir, .timeout = 300)
 {
     skip_without_node();
-    static const struct {
-        const char *spec, *type;
-        int head_dim, min_equal;
-        const char *label;
-    } cases[] = {
-        {"synthetic:quant-test:7", "F32", 128, STEPS, "qwen3 F32 head_dim 128"},
-        {"synthetic:quant-test:10", "Q8_0", 128, 100, "qwen3 Q8_0 head_dim 128"},
-        {"synthetic:gqa-test:8", "F32", 0, STEPS, "qwen3 F32 gqa-test"},
+    static const prompt5_case cases[] = {
+        {"synthetic:quant-test:7", "F32", "qwen3", 128, .min_equal = STEPS,
+         .label = "qwen3 F32 head_dim 128"},
+        {"synthetic:quant-test:10", "Q8_0", "qwen3", 128, .min_equal = 100,
+         .label = "qwen3 Q8_0 head_dim 128"},
+        {"synthetic:gqa-test:8", "F32", "qwen3", .min_equal = STEPS, .label = "qwen3 F32 gqa-test"},
     };
-    enum { N = sizeof cases / sizeof cases[0] };
-    job jobs[N] = {0};
-    for (int i = 0; i < N; i++) {
-        snprintf(jobs[i].model, sizeof jobs[i].model, "%s/q3-%d.gguf", tmpdir, i);
-        export_gguf_heads(cases[i].spec, NULL, cases[i].type, "qwen3", cases[i].head_dim,
-                          jobs[i].model);
-        int32_t p[] = {1, 300, 301, 17, 260};
-        memcpy(jobs[i].prompt, p, sizeof p);
-        jobs[i].n_prompt = 5;
-        jobs[i].stop = -1;
-        jobs[i].near_tie = strstr(cases[i].type, "F32") ? 1e-4 : 5e-3;
-        jobs[i].min_equal = cases[i].min_equal;
-        jobs[i].label = cases[i].label;
-    }
-    run_jobs(jobs, N);
+    run_prompt5_cases(cases, sizeof cases / sizeof cases[0], -1, 0);
 }
 
 /* Gemma 2 and 3: the embedding times sqrt(dim), GeGLU, norms after attention and FFN, the
@@ -274,32 +278,19 @@ Test(gguf_oracle, gemma2_and_gemma3_equal_llama_cpp, .init = mk_tmpdir, .fini = 
      .timeout = 600)
 {
     skip_without_node();
-    static const struct {
-        const char *spec, *type, *arch;
-        int head_dim, min_equal;
-        const char *label;
-    } cases[] = {
-        {"synthetic:quant-test:9", "F32", "gemma2", 128, STEPS, "gemma2 F32 head_dim 128"},
-        {"synthetic:quant-test:9", "Q8_0", "gemma2", 128, 80, "gemma2 Q8_0 head_dim 128"},
-        {"synthetic:stories15M:9", "F32", "gemma3", 64, STEPS, "gemma3 F32 6 layers head_dim 64"},
-        {"synthetic:stories15M:15", "Q8_0", "gemma3", 64, 20, "gemma3 Q8_0 6 layers head_dim 64"},
-        {"synthetic:quant-test:9", "Q8_0", "gemma3", 128, 30, "gemma3 Q8_0 head_dim 128"},
+    static const prompt5_case cases[] = {
+        {"synthetic:quant-test:9", "F32", "gemma2", 128, 32, STEPS,
+         .label = "gemma2 F32 head_dim 128"},
+        {"synthetic:quant-test:9", "Q8_0", "gemma2", 128, 32, 80,
+         .label = "gemma2 Q8_0 head_dim 128"},
+        {"synthetic:stories15M:9", "F32", "gemma3", 64, 32, STEPS,
+         .label = "gemma3 F32 6 layers head_dim 64"},
+        {"synthetic:stories15M:15", "Q8_0", "gemma3", 64, 32, 20,
+         .label = "gemma3 Q8_0 6 layers head_dim 64"},
+        {"synthetic:quant-test:9", "Q8_0", "gemma3", 128, 32, 30,
+         .label = "gemma3 Q8_0 head_dim 128"},
     };
-    enum { N = sizeof cases / sizeof cases[0] };
-    job jobs[N] = {0};
-    for (int i = 0; i < N; i++) {
-        snprintf(jobs[i].model, sizeof jobs[i].model, "%s/gemma-%d.gguf", tmpdir, i);
-        export_gguf_window(cases[i].spec, NULL, cases[i].type, cases[i].arch, cases[i].head_dim, 32,
-                           jobs[i].model);
-        int32_t p[] = {1, 300, 301, 17, 260};
-        memcpy(jobs[i].prompt, p, sizeof p);
-        jobs[i].n_prompt = 5;
-        jobs[i].stop = -1;
-        jobs[i].near_tie = 5e-3;
-        jobs[i].min_equal = cases[i].min_equal;
-        jobs[i].label = cases[i].label;
-    }
-    run_jobs(jobs, N);
+    run_prompt5_cases(cases, sizeof cases / sizeof cases[0], -1, 5e-3);
 }
 
 /* Phi-3: Q, K and V fused in attn_qkv, gate and up in ffn_up, NEOX RoPE with long-RoPE
@@ -309,30 +300,16 @@ Test(gguf_oracle, gemma2_and_gemma3_equal_llama_cpp, .init = mk_tmpdir, .fini = 
 Test(gguf_oracle, phi3_equals_llama_cpp, .init = mk_tmpdir, .fini = rm_tmpdir, .timeout = 300)
 {
     skip_without_node();
-    static const struct {
-        const char *spec, *type;
-        int min_equal, ctx; /* ctx: the preset's */
-        const char *label;
-    } cases[] = {
-        {"synthetic:quant-test:13", "F32", STEPS, 256, "phi3 F32"},
-        {"synthetic:quant-test:13", "Q8_0", 40, 256, "phi3 Q8_0"},
-        {"synthetic:gqa-test:14", "F32", STEPS, 512, "phi3 F32 gqa-test"},
+    static const prompt5_case cases[] = {
+        /* ctx: the preset's */
+        {"synthetic:quant-test:13", "F32", "phi3", .min_equal = STEPS, .ctx = 256,
+         .label = "phi3 F32"},
+        {"synthetic:quant-test:13", "Q8_0", "phi3", .min_equal = 40, .ctx = 256,
+         .label = "phi3 Q8_0"},
+        {"synthetic:gqa-test:14", "F32", "phi3", .min_equal = STEPS, .ctx = 512,
+         .label = "phi3 F32 gqa-test"},
     };
-    enum { N = sizeof cases / sizeof cases[0] };
-    job jobs[N] = {0};
-    for (int i = 0; i < N; i++) {
-        snprintf(jobs[i].model, sizeof jobs[i].model, "%s/phi3-%d.gguf", tmpdir, i);
-        export_gguf(cases[i].spec, NULL, cases[i].type, "phi3", jobs[i].model);
-        int32_t p[] = {1, 300, 301, 17, 260};
-        memcpy(jobs[i].prompt, p, sizeof p);
-        jobs[i].n_prompt = 5;
-        jobs[i].stop = 2; /* EOS: llama.cpp ends there */
-        jobs[i].near_tie = strstr(cases[i].type, "F32") ? 1e-4 : 5e-3;
-        jobs[i].min_equal = cases[i].min_equal;
-        jobs[i].ctx = cases[i].ctx;
-        jobs[i].label = cases[i].label;
-    }
-    run_jobs(jobs, N);
+    run_prompt5_cases(cases, sizeof cases / sizeof cases[0], 2 /* EOS: llama.cpp ends there */, 0);
 }
 
 /* qwen3moe: qwen3's attention, and a mixture of 8 SwiGLU experts of half the FFN width in
@@ -340,30 +317,15 @@ Test(gguf_oracle, phi3_equals_llama_cpp, .init = mk_tmpdir, .fini = rm_tmpdir, .
 Test(gguf_oracle, qwen3moe_equals_llama_cpp, .init = mk_tmpdir, .fini = rm_tmpdir, .timeout = 300)
 {
     skip_without_node();
-    static const struct {
-        const char *spec, *type;
-        int head_dim, min_equal;
-        const char *label;
-    } cases[] = {
-        {"synthetic:quant-test:15", "F32", 128, STEPS, "qwen3moe F32 head_dim 128"},
-        {"synthetic:quant-test:15", "Q8_0", 128, 15, "qwen3moe Q8_0 head_dim 128"},
-        {"synthetic:gqa-test:16", "F32", 0, STEPS, "qwen3moe F32 gqa-test"},
+    static const prompt5_case cases[] = {
+        {"synthetic:quant-test:15", "F32", "qwen3moe", 128, .min_equal = STEPS,
+         .label = "qwen3moe F32 head_dim 128"},
+        {"synthetic:quant-test:15", "Q8_0", "qwen3moe", 128, .min_equal = 15,
+         .label = "qwen3moe Q8_0 head_dim 128"},
+        {"synthetic:gqa-test:16", "F32", "qwen3moe", .min_equal = STEPS,
+         .label = "qwen3moe F32 gqa-test"},
     };
-    enum { N = sizeof cases / sizeof cases[0] };
-    job jobs[N] = {0};
-    for (int i = 0; i < N; i++) {
-        snprintf(jobs[i].model, sizeof jobs[i].model, "%s/moe-%d.gguf", tmpdir, i);
-        export_gguf_heads(cases[i].spec, NULL, cases[i].type, "qwen3moe", cases[i].head_dim,
-                          jobs[i].model);
-        int32_t p[] = {1, 300, 301, 17, 260};
-        memcpy(jobs[i].prompt, p, sizeof p);
-        jobs[i].n_prompt = 5;
-        jobs[i].stop = 2;
-        jobs[i].near_tie = strstr(cases[i].type, "F32") ? 1e-4 : 5e-3;
-        jobs[i].min_equal = cases[i].min_equal;
-        jobs[i].label = cases[i].label;
-    }
-    run_jobs(jobs, N);
+    run_prompt5_cases(cases, sizeof cases / sizeof cases[0], 2, 0);
 }
 
 /* Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL weights (ggml's layouts, written by ringlm-mkmodel's
@@ -379,29 +341,17 @@ Test(gguf_oracle, legacy_types_equal_llama_cpp, .init = mk_tmpdir, .fini = rm_tm
      .timeout = 600)
 {
     skip_without_node();
-    static const struct {
-        const char *spec, *type;
-        int min_equal;
-    } cases[] = {
-        {"synthetic:quant-test:17", "Q4_0", 5},     {"synthetic:quant-test:17", "Q4_1", 1},
-        {"synthetic:quant-test:17", "Q5_0", 30},    {"synthetic:quant-test:17", "Q5_1", 80},
-        {"synthetic:quant-test:17", "IQ4_NL", 10},  {"synthetic:stories15M:18", "Q4_0", STEPS},
-        {"synthetic:stories15M:18", "Q4_1", STEPS}, {"synthetic:stories15M:18", "IQ4_NL", STEPS},
+    static const prompt5_case cases[] = {
+        {"synthetic:quant-test:17", "Q4_0", .min_equal = 5},
+        {"synthetic:quant-test:17", "Q4_1", .min_equal = 1},
+        {"synthetic:quant-test:17", "Q5_0", .min_equal = 30},
+        {"synthetic:quant-test:17", "Q5_1", .min_equal = 80},
+        {"synthetic:quant-test:17", "IQ4_NL", .min_equal = 10},
+        {"synthetic:stories15M:18", "Q4_0", .min_equal = STEPS},
+        {"synthetic:stories15M:18", "Q4_1", .min_equal = STEPS},
+        {"synthetic:stories15M:18", "IQ4_NL", .min_equal = STEPS},
     };
-    enum { N = sizeof cases / sizeof cases[0] };
-    job jobs[N] = {0};
-    for (int i = 0; i < N; i++) {
-        snprintf(jobs[i].model, sizeof jobs[i].model, "%s/legacy-%d.gguf", tmpdir, i);
-        export_gguf(cases[i].spec, NULL, cases[i].type, "llama", jobs[i].model);
-        int32_t p[] = {1, 300, 301, 17, 260};
-        memcpy(jobs[i].prompt, p, sizeof p);
-        jobs[i].n_prompt = 5;
-        jobs[i].stop = 2;
-        jobs[i].near_tie = 0.01;
-        jobs[i].min_equal = cases[i].min_equal;
-        jobs[i].label = cases[i].type;
-    }
-    run_jobs(jobs, N);
+    run_prompt5_cases(cases, sizeof cases / sizeof cases[0], 2, 0.01);
 }
 
 /* Q2_K, Q3_K, Q5_K and IQ4_XS weights (ggml's layouts, written by ringlm-mkmodel's
@@ -417,33 +367,24 @@ Test(gguf_oracle, low_bit_k_types_equal_llama_cpp, .init = mk_tmpdir, .fini = rm
      .timeout = 600)
 {
     skip_without_node();
-    static const struct {
-        const char *spec, *type;
-        int min_equal;
-    } cases[] = {
-        {"synthetic:quant-test:22", "Q2_K", 150},   {"synthetic:quant-test:17", "Q3_K", 70},
-        {"synthetic:quant-test:22", "Q5_K", 170},   {"synthetic:quant-test:22", "IQ4_XS", 30},
-        {"synthetic:stories15M:18", "Q5_K", STEPS}, {"synthetic:stories15M:18", "Q2_K", STEPS},
-        {"synthetic:stories15M:18", "Q3_K", STEPS}, {"synthetic:stories15M:18", "IQ4_XS", STEPS},
+    prompt5_case cases[] = {
+        {"synthetic:quant-test:22", "Q2_K", .min_equal = 150},
+        {"synthetic:quant-test:17", "Q3_K", .min_equal = 70},
+        {"synthetic:quant-test:22", "Q5_K", .min_equal = 170},
+        {"synthetic:quant-test:22", "IQ4_XS", .min_equal = 30},
+        {"synthetic:stories15M:18", "Q5_K", .min_equal = STEPS},
+        {"synthetic:stories15M:18", "Q2_K", .min_equal = STEPS},
+        {"synthetic:stories15M:18", "Q3_K", .min_equal = STEPS},
+        {"synthetic:stories15M:18", "IQ4_XS", .min_equal = STEPS},
     };
     enum { N = sizeof cases / sizeof cases[0] };
-    const bool q8k = q_int_act_elems(Q_Q2_K, 1) == 256;
-    job jobs[N] = {0};
-    for (int i = 0; i < N; i++) {
-        snprintf(jobs[i].model, sizeof jobs[i].model, "%s/lowk-%d.gguf", tmpdir, i);
-        export_gguf(cases[i].spec, NULL, cases[i].type, "llama", jobs[i].model);
-        int32_t p[] = {1, 300, 301, 17, 260};
-        memcpy(jobs[i].prompt, p, sizeof p);
-        jobs[i].n_prompt = 5;
-        jobs[i].stop = 2;
-        jobs[i].near_tie = 0.01;
-        /* with AVX-512 VNNI these types keep 8 bits per 32 (q_int_act_elems): on quant-test
-         * the near ties then come early (seen so on AVX2 before Q8_K: Q2_K 36, Q3_K 2, Q5_K
-         * 81, IQ4_XS 34), and only the near-tie bound is held there */
-        jobs[i].min_equal = q8k || cases[i].min_equal == STEPS ? cases[i].min_equal : 1;
-        jobs[i].label = cases[i].type;
-    }
-    run_jobs(jobs, N);
+    /* with AVX-512 VNNI these types keep 8 bits per 32 (q_int_act_elems): on quant-test the
+     * near ties then come early (seen so on AVX2 before Q8_K: Q2_K 36, Q3_K 2, Q5_K 81, IQ4_XS
+     * 34), and only the near-tie bound is held there */
+    if (q_int_act_elems(Q_Q2_K, 1) != 256)
+        for (int i = 0; i < N; i++)
+            if (cases[i].min_equal != STEPS) cases[i].min_equal = 1;
+    run_prompt5_cases(cases, N, 2, 0.01);
 }
 
 /* ---- log-probabilities on the same tokens ------------------------------------------------- */

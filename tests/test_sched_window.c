@@ -297,8 +297,8 @@ Test(window, prefix_cache_keeps_the_prompt_chain)
 
 /* ---- window rings (sched_config.window_rings): gemma's windowed layers ------------------ */
 
-static sched *make_rings(const char *preemption, uint32_t rings, uint32_t dev_blocks,
-                         sched_policy **pol)
+static sched *make_rings_tier(const char *preemption, uint32_t rings, uint32_t dev_blocks,
+                              uint32_t host_blocks, uint64_t ring_bytes, sched_policy **pol)
 {
     sched_policy_error err;
     cr_assert_eq(sched_policy_parse(policy_text(preemption), pol, &err), 0, "policy: %s",
@@ -310,15 +310,59 @@ static sched *make_rings(const char *preemption, uint32_t rings, uint32_t dev_bl
         .max_context = 8192,
         .step = {.base_us = 1000, .prefill_token_us = 10, .decode_seq_us = 10},
         .window_rings = rings,
+        .kv_blocks_host = host_blocks,
+        .host = {.out_bytes_per_s = 1e9, .in_bytes_per_s = 1e9, .latency_us = 10},
+        .window_ring_bytes = ring_bytes,
     };
     sched *s = NULL;
     cr_assert_eq(sched_create(*pol, &c, NULL, NULL, 1, &s), 0, "%s", sched_last_error());
     return s;
 }
 
+static sched *make_rings(const char *preemption, uint32_t rings, uint32_t dev_blocks,
+                         sched_policy **pol)
+{
+    return make_rings_tier(preemption, rings, dev_blocks, 0, 0, pol);
+}
+
+/* What run_rings saw of the swaps: a swap moves its device blocks and its ring, whose bytes
+ * take ring_slots tier slots (make_rings_tier's ring_bytes). */
+typedef struct ring_swaps {
+    uint64_t ring_bytes;
+    uint32_t ring_slots;
+    uint32_t outs, ins;
+    uint32_t last_ring[8]; /* [request]: the ring of its last entry */
+} ring_swaps;
+
+static void check_ring_swap(const sched_transfer *t, uint32_t rings, ring_swaps *sw)
+{
+    const uint64_t block_bytes = (uint64_t)BS * 1024;
+    cr_assert_eq(t->n_ring_slots, sw->ring_slots, "transfer %llu: %u ring slots, want %u",
+                 (unsigned long long)t->id, t->n_ring_slots, sw->ring_slots);
+    cr_assert_lt(t->ring, rings, "transfer %llu: ring %u", (unsigned long long)t->id, t->ring);
+    cr_assert_eq(t->bytes, t->n_blocks * block_bytes + sw->ring_bytes,
+                 "transfer %llu: %llu bytes for %u blocks and a ring", (unsigned long long)t->id,
+                 (unsigned long long)t->bytes, t->n_blocks);
+    for (uint32_t j = 0; j < t->n_ring_slots; j++) {
+        const uint32_t *tier = t->dir == SCHED_XFER_OUT ? t->dst : t->src;
+        for (uint32_t b = 0; b < t->n_blocks; b++)
+            cr_assert_neq(t->ring_slots[j], tier[b], "ring slot %u is block slot %u too", j, b);
+    }
+    if (t->dir == SCHED_XFER_OUT) {
+        cr_assert_eq(t->ring, sw->last_ring[t->req], "request %llu swaps out ring %u, ran on %u",
+                     (unsigned long long)t->req, t->ring, sw->last_ring[t->req]);
+        sw->outs++;
+    } else {
+        sw->ins++;
+        sw->last_ring[t->req] = t->ring; /* its next entries name that one */
+    }
+}
+
 /* Runs the scheduler until every request ended; each plan's entries name distinct rings
- * below `rings`; returns the most sequences with entries in one plan and the preemptions. */
-static void run_rings(sched *s, uint32_t rings, uint32_t n_req, uint32_t *most, uint32_t *preempts)
+ * below `rings`; returns the most sequences with entries in one plan and the preemptions;
+ * completes every transfer (checked against sw when given). */
+static void run_rings_swaps(sched *s, uint32_t rings, uint32_t n_req, uint32_t *most,
+                            uint32_t *preempts, ring_swaps *sw)
 {
     uint64_t now = 1;
     *most = *preempts = 0;
@@ -327,6 +371,11 @@ static void run_rings(sched *s, uint32_t rings, uint32_t n_req, uint32_t *most, 
         cr_assert_not_null(pl, "%s", sched_last_error());
         sd_check(s);
         *preempts += pl->n_preemptions;
+        for (uint32_t i = 0; i < pl->n_transfers; i++) {
+            if (sw) check_ring_swap(&pl->transfers[i], rings, sw);
+            cr_assert_eq(sched_transfer_done(s, pl->transfers[i].id, now, 0, 0, 0), 0);
+            sd_check(s);
+        }
         uint32_t used = 0;
         for (uint32_t i = 0; i < pl->n_entries; i++) {
             const sched_entry *e = &pl->entries[i];
@@ -334,6 +383,13 @@ static void run_rings(sched *s, uint32_t rings, uint32_t n_req, uint32_t *most, 
                          (unsigned long long)e->req, e->start_pos, e->ring, rings);
             cr_assert_not(used & (1u << e->ring), "ring %u in two entries of one plan", e->ring);
             used |= 1u << e->ring;
+            if (sw && e->req < 8) {
+                if (sw->last_ring[e->req] != UINT32_MAX && e->start_pos)
+                    cr_assert_eq(
+                        e->ring, sw->last_ring[e->req], "request %llu at %u: ring %u, it ran on %u",
+                        (unsigned long long)e->req, e->start_pos, e->ring, sw->last_ring[e->req]);
+                sw->last_ring[e->req] = e->ring;
+            }
         }
         if (pl->n_entries > *most) *most = pl->n_entries;
         sched_result res[16];
@@ -351,6 +407,11 @@ static void run_rings(sched *s, uint32_t rings, uint32_t n_req, uint32_t *most, 
         if (gone == n_req) return;
     }
     cr_assert_fail("the requests did not all end");
+}
+
+static void run_rings(sched *s, uint32_t rings, uint32_t n_req, uint32_t *most, uint32_t *preempts)
+{
+    run_rings_swaps(s, rings, n_req, most, preempts, NULL);
 }
 
 /* Three sequences and two rings: the third starts when a ring comes back, never beside
@@ -385,5 +446,52 @@ Test(window, recompute_gives_the_ring_back)
     sched_get_counts(s, &c);
     cr_assert_eq(c.kv_free[SCHED_POOL_DEVICE], 8, "every block back");
     sched_destroy(s);
+    sched_policy_free(p);
+}
+
+/* Three sequences of 88 positions (6 blocks each) on two rings in 8 blocks, a host tier and
+ * a swap policy: a preempted sequence swaps out its blocks and its ring (a ring of 2.5
+ * blocks' bytes: 3 host slots, and those bytes in the transfer and its cost), and comes back
+ * on whichever ring is free — the swap-in names it, and its entries go on with it. Every
+ * host slot is back at the end. */
+Test(window, swap_moves_the_ring_with_its_blocks)
+{
+    sched_policy *p;
+    const uint64_t ring_bytes = BS * 1024 * 5 / 2;
+    sched *s = make_rings_tier("swap", 2, 8, 64, ring_bytes, &p);
+    for (uint64_t id = 1; id <= 3; id++)
+        cr_assert_eq(submit(s, id, 8, 80, NULL, 0), 0, "%s", sched_last_error());
+    ring_swaps sw = {.ring_bytes = ring_bytes, .ring_slots = 3};
+    memset(sw.last_ring, 0xff, sizeof sw.last_ring);
+    uint32_t most, preempts;
+    run_rings_swaps(s, 2, 3, &most, &preempts, &sw);
+    cr_assert_gt(preempts, 0, "8 blocks for sequences of 6: a preemption");
+    cr_assert_gt(sw.outs, 0, "swapped out");
+    cr_assert_eq(sw.ins, sw.outs, "each swapped in");
+    sched_counts c;
+    sched_get_counts(s, &c);
+    cr_assert_eq(c.kv_free[SCHED_POOL_DEVICE], 8, "every block back");
+    cr_assert_eq(c.kv_free[SCHED_POOL_HOST], 64, "every host slot back");
+    sched_destroy(s);
+    sched_policy_free(p);
+}
+
+/* A host tier with rings needs the ring's bytes: a swap could not move it otherwise. */
+Test(window, rings_with_a_tier_need_the_ring_bytes)
+{
+    sched_policy *p;
+    sched_policy_error err;
+    cr_assert_eq(sched_policy_parse(policy_text("swap"), &p, &err), 0, "policy: %s", err.reason);
+    sched_config c = {.kv_blocks_device = 8,
+                      .kv_blocks_host = 8,
+                      .block_size = BS,
+                      .kv_bytes_per_token = 1024,
+                      .max_context = 8192,
+                      .step = {.base_us = 1000, .prefill_token_us = 10},
+                      .host = {.out_bytes_per_s = 1e9, .in_bytes_per_s = 1e9},
+                      .window_rings = 2};
+    sched *s = NULL;
+    cr_assert_eq(sched_create(p, &c, NULL, NULL, 1, &s), -EINVAL);
+    cr_assert(strstr(sched_last_error(), "window_ring_bytes"), "%s", sched_last_error());
     sched_policy_free(p);
 }
