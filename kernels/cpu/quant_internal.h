@@ -298,22 +298,27 @@ SIMD static inline __m256i dot_u8s8_avx2(__m256i a, __m256i b)
     return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
 }
 
+/* F(..., R) with the row count R a constant (1 to Q8_GROUP_ROWS; more rows as that many): the
+ * kernels that hold R rows' accumulators in registers are expanded once per count. */
+#define ROWS_BY_COUNT(rows, F, ...)                                                                \
+    switch (rows) {                                                                                \
+    case 1: F(__VA_ARGS__, 1); break;                                                              \
+    case 2: F(__VA_ARGS__, 2); break;                                                              \
+    case 3: F(__VA_ARGS__, 3); break;                                                              \
+    case 4: F(__VA_ARGS__, 4); break;                                                              \
+    case 5: F(__VA_ARGS__, 5); break;                                                              \
+    case 6: F(__VA_ARGS__, 6); break;                                                              \
+    case 7: F(__VA_ARGS__, 7); break;                                                              \
+    default: F(__VA_ARGS__, 8); break;                                                             \
+    }
+
 /* The dispatch on the row count (each R a constant), for a block type T. */
 #define ROWS_DISPATCH(name, attr, T)                                                               \
     attr void name(const void *wv, int n, int64_t k, const xq8 *x, int rows, float beta, float *y, \
                    int ld_y)                                                                       \
     {                                                                                              \
         const T *w = wv;                                                                           \
-        switch (rows) {                                                                            \
-        case 1: name##_r(w, n, k, x, beta, y, ld_y, 1); break;                                     \
-        case 2: name##_r(w, n, k, x, beta, y, ld_y, 2); break;                                     \
-        case 3: name##_r(w, n, k, x, beta, y, ld_y, 3); break;                                     \
-        case 4: name##_r(w, n, k, x, beta, y, ld_y, 4); break;                                     \
-        case 5: name##_r(w, n, k, x, beta, y, ld_y, 5); break;                                     \
-        case 6: name##_r(w, n, k, x, beta, y, ld_y, 6); break;                                     \
-        case 7: name##_r(w, n, k, x, beta, y, ld_y, 7); break;                                     \
-        default: name##_r(w, n, k, x, beta, y, ld_y, 8); break;                                    \
-        }                                                                                          \
+        ROWS_BY_COUNT(rows, name##_r, w, n, k, x, beta, y, ld_y)                                   \
     }
 
 /* Every row count with AVX-512 VNNI: from 2 rows the repacked tiles win (1 thread, Q8_0

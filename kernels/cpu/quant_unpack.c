@@ -848,56 +848,34 @@ rows_unpacked_r(const int type, const char *w, int n, int64_t k, const xq8 *x, f
     }
 }
 
-/* The n weight rows: NW at a time, then the rest one at a time (the same steps per row). */
-#define ROWS_NW(T, R, NW)                                                                          \
-    do {                                                                                           \
-        const int n_main = n / (NW) * (NW);                                                        \
-        const size_t rb_ = q_row_bytes(T, k);                                                      \
-        if (n_main) rows_unpacked_r(T, w, n_main, k, x, beta, y, ld_y, R, NW);                     \
-        if (n > n_main)                                                                            \
-            rows_unpacked_r(T, w + (size_t)n_main * rb_, n - n_main, k, x, beta, y + n_main, ld_y, \
-                            R, 1);                                                                 \
-    } while (0)
+/* The n weight rows: NW at a time, then the rest one at a time (the same steps per row); NW
+ * is QU_DECODE_NW for one activation row, 2 for two, else 1. */
+SIMD static inline __attribute__((always_inline)) void rows_nw(const int type, const char *w, int n,
+                                                               int64_t k, const xq8 *x, float beta,
+                                                               float *y, int ld_y, const int R)
+{
+    const int NW = R == 1 ? QU_DECODE_NW : R == 2 ? 2 : 1;
+    const int n_main = n / NW * NW;
+    if (n_main) rows_unpacked_r(type, w, n_main, k, x, beta, y, ld_y, R, NW);
+    if (n > n_main)
+        rows_unpacked_r(type, w + (size_t)n_main * q_row_bytes(type, k), n - n_main, k, x, beta,
+                        y + n_main, ld_y, R, 1);
+}
 
-#define UNPACKED_TYPE(name, T)                                                                     \
-    SIMD static void name(const char *w, int n, int64_t k, const xq8 *x, int rows, float beta,     \
-                          float *y, int ld_y)                                                      \
-    {                                                                                              \
-        switch (rows) {                                                                            \
-        case 1: ROWS_NW(T, 1, QU_DECODE_NW); break;                                                \
-        case 2: ROWS_NW(T, 2, 2); break;                                                           \
-        case 3: ROWS_NW(T, 3, 1); break;                                                           \
-        case 4: ROWS_NW(T, 4, 1); break;                                                           \
-        case 5: ROWS_NW(T, 5, 1); break;                                                           \
-        case 6: ROWS_NW(T, 6, 1); break;                                                           \
-        case 7: ROWS_NW(T, 7, 1); break;                                                           \
-        default: ROWS_NW(T, 8, 1); break;                                                          \
-        }                                                                                          \
-    }
-UNPACKED_TYPE(rows_q4_0, Q_Q4_0)
-UNPACKED_TYPE(rows_q4_1, Q_Q4_1)
-UNPACKED_TYPE(rows_q5_0, Q_Q5_0)
-UNPACKED_TYPE(rows_q5_1, Q_Q5_1)
-UNPACKED_TYPE(rows_iq4_nl, Q_IQ4_NL)
-UNPACKED_TYPE(rows_q2_k, Q_Q2_K)
-UNPACKED_TYPE(rows_q3_k, Q_Q3_K)
-UNPACKED_TYPE(rows_q5_k, Q_Q5_K)
-UNPACKED_TYPE(rows_iq4_xs, Q_IQ4_XS)
+/* The types of this file; each is a constant in its own expansion of rows_nw. */
+#define UNPACKED_TYPES(X)                                                                          \
+    X(Q_Q4_0) X(Q_Q4_1) X(Q_Q5_0) X(Q_Q5_1) X(Q_IQ4_NL) X(Q_Q2_K) X(Q_Q3_K) X(Q_Q5_K) X(Q_IQ4_XS)
 
-SIMD void qk_rows_unpacked_avx2(int type, const void *w, int n, int64_t k, const xq8 *x, int rows,
+SIMD void qk_rows_unpacked_avx2(int type, const void *wv, int n, int64_t k, const xq8 *x, int rows,
                                 float beta, float *y, int ld_y)
 {
+    const char *w = wv;
+#define UNPACKED_CASE(T)                                                                           \
+    case T: ROWS_BY_COUNT(rows, rows_nw, T, w, n, k, x, beta, y, ld_y) break;
     switch (type) {
-    case Q_Q4_0: rows_q4_0(w, n, k, x, rows, beta, y, ld_y); break;
-    case Q_Q4_1: rows_q4_1(w, n, k, x, rows, beta, y, ld_y); break;
-    case Q_Q5_0: rows_q5_0(w, n, k, x, rows, beta, y, ld_y); break;
-    case Q_Q5_1: rows_q5_1(w, n, k, x, rows, beta, y, ld_y); break;
-    case Q_IQ4_NL: rows_iq4_nl(w, n, k, x, rows, beta, y, ld_y); break;
-    case Q_Q2_K: rows_q2_k(w, n, k, x, rows, beta, y, ld_y); break;
-    case Q_Q3_K: rows_q3_k(w, n, k, x, rows, beta, y, ld_y); break;
-    case Q_Q5_K: rows_q5_k(w, n, k, x, rows, beta, y, ld_y); break;
-    case Q_IQ4_XS: rows_iq4_xs(w, n, k, x, rows, beta, y, ld_y); break;
+        UNPACKED_TYPES(UNPACKED_CASE)
     }
+#undef UNPACKED_CASE
 }
 
 #endif /* QK_X86 */
