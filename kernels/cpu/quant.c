@@ -377,7 +377,8 @@ static bool matmul_int(int type, const void *w, int n, int k, const struct q_xq 
             xq8 part = {.q = xq.q + (size_t)r0 * k,
                         .d = xq.d + (size_t)r0 * nb,
                         .s = xq.s + (size_t)r0 * nb,
-                        .s16 = xq.s16 + (size_t)r0 * 2 * nb};
+                        .s16 = xq.s16 + (size_t)r0 * 2 * nb,
+                        .qp = xq.qp ? xq.qp + (size_t)r0 * k : NULL};
             if (xq.kq && qk_q8k_type(type)) { /* the K types with Q8_K (quant_q8k.c) */
                 part.kq = xq.kq + (size_t)r0 * k;
                 part.kd = xq.kd + (size_t)r0 * (k / QK_K);

@@ -169,6 +169,10 @@ typedef struct xq8 {
     float *d;   /* rows x k/32 */
     float *s;   /* rows x k/32: d * sum q, the block's sum as quantized (Q4_K's minimums) */
     float *s16; /* rows x k/16: d * sum q per 16 elements (the unpacked types' offsets) */
+    /* q in the order the AVX2 kernels of the 32-element unpacked types read it (quant_xq.c
+     * qk_xq8_pairs), where q_xq_prepare made it (AVX2, up to Q_INT_MAX_ROWS rows), else
+     * NULL: in each whole unit of 8 blocks, blocks j and j + 4 side by side per 16 bytes. */
+    int8_t *qp; /* rows x k */
     /* Q8_K, ggml's activations of the K types (quant_q8k.c), where q_xq_prepare made them
      * (k a multiple of 256, AVX2 or portable, up to Q_INT_MAX_ROWS rows), else NULL: per 256
      * elements one float scale kd (negative where the largest |x| is), q = round(x / kd) in
@@ -260,6 +264,11 @@ qk_xdot_fn qk_xdot_q8_0_portable, qk_xdot_q4_k_portable, qk_xdot_q6_k_portable;
 
 /* One activation row quantized for the integer path (k a multiple of 32). */
 void qk_xq8_row_portable(const float *x, int8_t *q, float *d, float *s, int64_t k);
+/* One row of q (k bytes) in xq8.qp's order: for each whole unit of 256 bytes and j < 4,
+ * bytes 0-15 of block j, of block j + 4, bytes 16-31 of block j, of block j + 4 (so that one
+ * 256-bit vector holds 16 elements of each of two blocks, whose products then stay apart in
+ * its two 128-bit halves); the bytes past the last whole unit as they are. */
+void qk_xq8_pairs(const int8_t *q, int8_t *qp, int64_t k);
 /* One activation row to Q8_K (k a multiple of 256; quant_q8k.c), and the K types' dots with
  * such rows: y[r][i] = beta y[r][i] + w_i . x_r, portable (the AVX2 ones below give the same
  * bits). Whether a type has them: qk_q8k_type. */
@@ -294,22 +303,27 @@ SIMD static inline __m256i dot_u8s8_avx2(__m256i a, __m256i b)
     return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
 }
 
+/* F(..., R) with the row count R a constant (1 to Q8_GROUP_ROWS; more rows as that many): the
+ * kernels that hold R rows' accumulators in registers are expanded once per count. */
+#define ROWS_BY_COUNT(rows, F, ...)                                                                \
+    switch (rows) {                                                                                \
+    case 1: F(__VA_ARGS__, 1); break;                                                              \
+    case 2: F(__VA_ARGS__, 2); break;                                                              \
+    case 3: F(__VA_ARGS__, 3); break;                                                              \
+    case 4: F(__VA_ARGS__, 4); break;                                                              \
+    case 5: F(__VA_ARGS__, 5); break;                                                              \
+    case 6: F(__VA_ARGS__, 6); break;                                                              \
+    case 7: F(__VA_ARGS__, 7); break;                                                              \
+    default: F(__VA_ARGS__, 8); break;                                                             \
+    }
+
 /* The dispatch on the row count (each R a constant), for a block type T. */
 #define ROWS_DISPATCH(name, attr, T)                                                               \
     attr void name(const void *wv, int n, int64_t k, const xq8 *x, int rows, float beta, float *y, \
                    int ld_y)                                                                       \
     {                                                                                              \
         const T *w = wv;                                                                           \
-        switch (rows) {                                                                            \
-        case 1: name##_r(w, n, k, x, beta, y, ld_y, 1); break;                                     \
-        case 2: name##_r(w, n, k, x, beta, y, ld_y, 2); break;                                     \
-        case 3: name##_r(w, n, k, x, beta, y, ld_y, 3); break;                                     \
-        case 4: name##_r(w, n, k, x, beta, y, ld_y, 4); break;                                     \
-        case 5: name##_r(w, n, k, x, beta, y, ld_y, 5); break;                                     \
-        case 6: name##_r(w, n, k, x, beta, y, ld_y, 6); break;                                     \
-        case 7: name##_r(w, n, k, x, beta, y, ld_y, 7); break;                                     \
-        default: name##_r(w, n, k, x, beta, y, ld_y, 8); break;                                    \
-        }                                                                                          \
+        ROWS_BY_COUNT(rows, name##_r, w, n, k, x, beta, y, ld_y)                                   \
     }
 
 /* Every row count with AVX-512 VNNI: from 2 rows the repacked tiles win (1 thread, Q8_0

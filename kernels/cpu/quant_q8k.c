@@ -559,39 +559,19 @@ SIMD static inline __attribute__((always_inline)) void rows_q8k_r(const int type
     }
 }
 
-#define Q8K_TYPE(name, T)                                                                          \
-    SIMD static void name(const char *w, int n, int64_t k, const xq8 *x, int rows, float beta,     \
-                          float *y, int ld_y)                                                      \
-    {                                                                                              \
-        switch (rows) {                                                                            \
-        case 1: rows_q8k_r(T, w, n, k, x, beta, y, ld_y, 1); break;                                \
-        case 2: rows_q8k_r(T, w, n, k, x, beta, y, ld_y, 2); break;                                \
-        case 3: rows_q8k_r(T, w, n, k, x, beta, y, ld_y, 3); break;                                \
-        case 4: rows_q8k_r(T, w, n, k, x, beta, y, ld_y, 4); break;                                \
-        case 5: rows_q8k_r(T, w, n, k, x, beta, y, ld_y, 5); break;                                \
-        case 6: rows_q8k_r(T, w, n, k, x, beta, y, ld_y, 6); break;                                \
-        case 7: rows_q8k_r(T, w, n, k, x, beta, y, ld_y, 7); break;                                \
-        default: rows_q8k_r(T, w, n, k, x, beta, y, ld_y, 8); break;                               \
-        }                                                                                          \
-    }
-Q8K_TYPE(rows_q4_k, Q_Q4_K)
-Q8K_TYPE(rows_q6_k, Q_Q6_K)
-Q8K_TYPE(rows_q5_k, Q_Q5_K)
-Q8K_TYPE(rows_q3_k, Q_Q3_K)
-Q8K_TYPE(rows_q2_k, Q_Q2_K)
-Q8K_TYPE(rows_iq4_xs, Q_IQ4_XS)
+/* The K types of this file; each is a constant in its own expansion of rows_q8k_r. */
+#define Q8K_TYPES(X) X(Q_Q4_K) X(Q_Q6_K) X(Q_Q5_K) X(Q_Q3_K) X(Q_Q2_K) X(Q_IQ4_XS)
 
-SIMD void qk_rows_q8k_avx2(int type, const void *w, int n, int64_t k, const xq8 *x, int rows,
+SIMD void qk_rows_q8k_avx2(int type, const void *wv, int n, int64_t k, const xq8 *x, int rows,
                            float beta, float *y, int ld_y)
 {
+    const char *w = wv;
+#define Q8K_CASE(T)                                                                                \
+    case T: ROWS_BY_COUNT(rows, rows_q8k_r, T, w, n, k, x, beta, y, ld_y) break;
     switch (type) {
-    case Q_Q4_K: rows_q4_k(w, n, k, x, rows, beta, y, ld_y); break;
-    case Q_Q6_K: rows_q6_k(w, n, k, x, rows, beta, y, ld_y); break;
-    case Q_Q5_K: rows_q5_k(w, n, k, x, rows, beta, y, ld_y); break;
-    case Q_Q3_K: rows_q3_k(w, n, k, x, rows, beta, y, ld_y); break;
-    case Q_Q2_K: rows_q2_k(w, n, k, x, rows, beta, y, ld_y); break;
-    default: rows_iq4_xs(w, n, k, x, rows, beta, y, ld_y); break;
+        Q8K_TYPES(Q8K_CASE)
     }
+#undef Q8K_CASE
 }
 
 #endif /* QK_X86 */

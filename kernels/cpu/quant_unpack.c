@@ -22,9 +22,11 @@
  * (block_q) once for all activation rows of a group and dotted with maddubs; Q2_K's and
  * Q3_K's 16-element scales are integers, multiplied in by the madd that widens the sums, so
  * one float step per block of 32 remains, as for Q8_0; the minimums meet the activations'
- * sums per 32 (xq8.s; Q2_K's per 16, s16). One activation row alone (decode) dots 4 weight
- * rows at once, each activation block loaded once for the 4: at one row the tile's stores
- * and loads, not the memory, bounded the old kernel (Q4_0 decoded at 0.7x Q8_0's speed).
+ * sums per 32 (xq8.s; Q2_K's per 16, s16). At one row the tile's stores and loads, not the
+ * memory, bounded the old kernel (Q4_0 decoded at 0.7x Q8_0's speed). The 32-element types
+ * take each whole unit of 8 blocks in pairs (unit_pairs: blocks j and j + 4 in the two halves
+ * of a register, the activations laid out to match in xq8.qp), the 8 blocks' exact integer
+ * sums in one vector and one float step per unit.
  */
 #include "kernels/cpu/quant_internal.h"
 
@@ -311,16 +313,22 @@ SIMD static inline __m256i nib32(const uint8_t *qs)
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
 }
 
-/* 0x10 in byte l where bit l of the 32 bits at p is set (ggml's bytes_from_bits_32). */
-SIMD static inline __m256i bits32_x10(const uint8_t *p)
+/* 0x10 in byte l where bit l of x32 is set (ggml's bytes_from_bits_32). */
+SIMD static inline __m256i bits32_x10_v(uint32_t x32)
 {
-    uint32_t x32;
-    memcpy(&x32, p, 4);
     const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
                                            0x0101010101010101, 0x0000000000000000);
     __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x32), shuf);
     b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
     return _mm256_and_si256(_mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(0x10));
+}
+
+/* The same of the 32 bits at p. */
+SIMD static inline __m256i bits32_x10(const uint8_t *p)
+{
+    uint32_t x32;
+    memcpy(&x32, p, 4);
+    return bits32_x10_v(x32);
 }
 
 SIMD static inline __m256i iq4_grid(void)
@@ -336,6 +344,16 @@ SIMD static inline __m256i iq4_grid(void)
 static inline bool is_signed(int type)
 {
     return type == Q_IQ4_NL || type == Q_IQ4_XS;
+}
+
+/* The bytes of a block of a 32-element type, inline (q_row_bytes is a call: in a kernel's
+ * loop it cost a third of one row's time, with the vzeroupper before it). */
+static inline size_t b32_bytes(int type)
+{
+    return type == Q_Q4_1   ? sizeof(blk_q4_1)
+           : type == Q_Q5_0 ? sizeof(blk_q5_0)
+           : type == Q_Q5_1 ? sizeof(blk_q5_1)
+                            : sizeof(blk_q4_0);
 }
 
 static inline bool is_k256(int type)
@@ -406,6 +424,79 @@ SIMD static inline __attribute__((always_inline)) __m256 f16x8_strided(const cha
 #pragma GCC unroll 8
     for (int j = 1; j < 8; j++) v = _mm_insert_epi16(v, h[j], j);
     return _mm256_cvtph_ps(v);
+}
+
+/* The 32-element types in pairs of blocks: of the unit at block b0 of a row, blocks b0 + p
+ * and b0 + p + 4 (p < 4) unpacked in registers as xq8.qp lays the activations out: lo holds
+ * elements 0-15 of the first block in its low 128 bits and of the second in its high 128, hi
+ * elements 16-31 (values as block_q's, the zero points not subtracted). */
+SIMD static inline __attribute__((always_inline)) void
+pair_q(const int type, const char *row, int64_t b0, const int p, __m256i *lo, __m256i *hi)
+{
+    const size_t bb = b32_bytes(type);
+    const size_t qh_at = type == Q_Q5_1 ? 4 : 2; /* Q5_0, Q5_1: the fifth bits */
+    const size_t qs_at = type == Q_Q4_1 ? 4 : type == Q_Q5_0 || type == Q_Q5_1 ? qh_at + 4 : 2;
+    const char *a = row + (size_t)(b0 + p) * bb, *b = a + 4 * bb;
+    const __m256i v = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(a + qs_at))),
+        _mm_loadu_si128((const __m128i *)(b + qs_at)), 1);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    *lo = _mm256_and_si256(v, m4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    if (type == Q_Q5_0 || type == Q_Q5_1) {
+        uint32_t ha, hb;
+        memcpy(&ha, a + qh_at, 4);
+        memcpy(&hb, b + qh_at, 4);
+        *lo = _mm256_or_si256(*lo, bits32_x10_v((ha & 0xFFFFu) | hb << 16));
+        *hi = _mm256_or_si256(*hi, bits32_x10_v(ha >> 16 | (hb & 0xFFFF0000u)));
+    }
+    if (type == Q_IQ4_NL) {
+        *lo = _mm256_shuffle_epi8(iq4_grid(), *lo);
+        *hi = _mm256_shuffle_epi8(iq4_grid(), *hi);
+    }
+}
+
+/* The exact integer sums of a pair of blocks (pair_q's lo, hi, and al, ah: their magnitudes
+ * where the type is signed) with the activations' xl, xh (xq8.qp): the first block's in int32
+ * lanes 0-3, the second's in 4-7. The unsigned types add the two halves' 16-bit pair sums
+ * before one madd widens them (at most 2 x 2 x 31 x 127 = 15748: no saturation); IQ4_NL's
+ * (up to 2 x 127 x 127 each) are widened apart. */
+SIMD static inline __attribute__((always_inline)) __m256i
+pair_dot(const bool sgn, __m256i lo, __m256i hi, __m256i al, __m256i ah, __m256i xl, __m256i xh)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    if (!sgn)
+        return _mm256_madd_epi16(
+            _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_maddubs_epi16(hi, xh)), ones);
+    return _mm256_add_epi32(
+        _mm256_madd_epi16(_mm256_maddubs_epi16(al, _mm256_sign_epi8(xl, lo)), ones),
+        _mm256_madd_epi16(_mm256_maddubs_epi16(ah, _mm256_sign_epi8(xh, hi)), ones));
+}
+
+/* The same for IQ4_NL with the magnitudes taken of the activations (axl, axh) instead, the
+ * weights' signs moved onto them: the same exact sums, for one or two rows, where the
+ * activations' are taken once for the weight rows beside them (a batch takes the weights'
+ * once for its rows). */
+SIMD static inline __attribute__((always_inline)) __m256i
+pair_dot_ax(__m256i lo, __m256i hi, __m256i axl, __m256i axh, __m256i xl, __m256i xh)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    return _mm256_add_epi32(
+        _mm256_madd_epi16(_mm256_maddubs_epi16(axl, _mm256_sign_epi8(lo, xl)), ones),
+        _mm256_madd_epi16(_mm256_maddubs_epi16(axh, _mm256_sign_epi8(hi, xh)), ones));
+}
+
+/* Two pairs' sums (lanes: 4 of block j | 4 of block j + 4) added down to 2 lanes each,
+ * interleaved: s0's and s1's first two and last two lanes. */
+SIMD static inline __m256i pair_fold2(__m256i s0, __m256i s1)
+{
+    return _mm256_add_epi32(_mm256_unpacklo_epi32(s0, s1), _mm256_unpackhi_epi32(s0, s1));
+}
+
+/* The unit's 8 block sums in block order from pair_fold2 of pairs 0, 1 and of 2, 3. */
+SIMD static inline __m256i pair_fold4(__m256i t01, __m256i t23)
+{
+    return _mm256_add_epi32(_mm256_unpacklo_epi64(t01, t23), _mm256_unpackhi_epi64(t01, t23));
 }
 
 /* What the blocks of a unit of one weight row share: ds[j], the float scale of block j (Q2_K
@@ -507,16 +598,124 @@ SIMD static inline __attribute__((always_inline)) void unit_header(const int typ
     }
 }
 
+/* The weight rows one activation row alone (decode) dots at once. In blocks of 32 (the pairs
+ * below) one at a time was faster than two: with two the unit's unpacked pairs of both rows
+ * no longer fitted in the registers (perf/quant_bench --rows 1 --clock cpu, load 13, time per
+ * layer against two: Q4_0 0.83x, Q4_1 0.84x, Q5_0 0.94x, Q5_1 0.94x, IQ4_NL 0.93x). */
 #ifndef QU_DECODE_NW
-#define QU_DECODE_NW 2
+#define QU_DECODE_NW 1
 #endif
 
 /* One activation row of a 32-element type prefetches each weight row's blocks QU_PF_GROUPS
- * groups of QU_DECODE_NW rows ahead (Q4_0 at 768: 1.7 KiB): one thread's Q4_0 rose from
- * 7.4-7.6 to 8.0-8.8 GMAC/s, Q5_0 4.8-5.1 to 5.7-6.2, Q4_1 6.9-7.1 to 7.8-8.3 (perf/quant_bench
- * --rows 1 --clock cpu, at load 7; 1 to 8 groups measured alike from 2). The K types are left
- * as they were. */
+ * groups of QU_DECODE_NW rows ahead (Q4_0 at 768 with one row a group: 864 bytes): with two
+ * rows a group one thread's Q4_0 rose from 7.4-7.6 to 8.0-8.8 GMAC/s, Q5_0 4.8-5.1 to 5.7-6.2,
+ * Q4_1 6.9-7.1 to 7.8-8.3 (perf/quant_bench --rows 1 --clock cpu, at load 7; 1 to 8 groups
+ * measured alike from 2). The K types are left as they were. */
 #define QU_PF_GROUPS 2
+
+/* A whole unit (8 blocks) of NW weight rows of a 32-element type times R activation rows
+ * (xq8.qp), in pairs of blocks (pair_q): the exact integer sum of each block with each row
+ * folded into one int32 lane per block, then one float step per unit, the 8 blocks' scales
+ * (the weight's times the activation's) in a vector; the offsets (Q4_0's -8 d, Q5_0's -16 d,
+ * Q4_1's and Q5_1's m) meet the activations' sums per block in oacc, also once per unit.
+ * On Zen 1 vpmaddubsw and vpmaddwd share one pipe, one 128-bit op a cycle (perf/uop_probe:
+ * 0.5 of either in 256 bits a cycle, alone or mixed): the unsigned types widen with one madd
+ * per two blocks instead of two, and the cvt, FMA and broadcast of each block's float step
+ * become one of each per 8 blocks. R <= 2: the pairs in the outer loop, the weights unpacked in registers for the rows; more
+ * rows: each row's pairs in turn over the unit unpacked once (the same sums and steps). */
+SIMD static inline __attribute__((always_inline)) void
+unit_pairs(const int type, const char *const row[4], int64_t b0, int64_t k, const xq8 *x,
+           __m256 acc[4][Q8_GROUP_ROWS], __m256 oacc[4][Q8_GROUP_ROWS], const int R, const int NW,
+           const size_t pf)
+{
+    const int64_t nb = k / 32;
+    const size_t bb = b32_bytes(type);
+    const bool sgn = is_signed(type);
+    __m256 ds[4];
+#pragma GCC unroll 4
+    for (int wi = 0; wi < NW; wi++) {
+        /* the 8 scales (and Q4_1's and Q5_1's minimums) converted 8 at a time in registers,
+         * the offsets made from them there */
+        const char *blk = row[wi] + (size_t)b0 * bb;
+        ds[wi] = f16x8_strided(blk, bb);
+        const __m256 ov = type == Q_Q4_0   ? _mm256_mul_ps(_mm256_set1_ps(-8.0f), ds[wi])
+                          : type == Q_Q5_0 ? _mm256_mul_ps(_mm256_set1_ps(-16.0f), ds[wi])
+                          : type == Q_Q4_1 || type == Q_Q5_1 ? f16x8_strided(blk + 2, bb)
+                                                             : _mm256_setzero_ps();
+        if (type != Q_IQ4_NL)
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++)
+                oacc[wi][r] =
+                    _mm256_fmadd_ps(ov, _mm256_loadu_ps(x->s + (size_t)r * nb + b0), oacc[wi][r]);
+    }
+    __m256i lo[4][4], hi[4][4], al[4][4], ah[4][4]; /* [wi][p] */
+    __m256i t[4][Q8_GROUP_ROWS][2];                 /* [wi][r][pairs 0-1, 2-3] */
+    if (R <= 2) {
+#pragma GCC unroll 2
+        for (int hp = 0; hp < 2; hp++) {
+            __m256i s[4][Q8_GROUP_ROWS][2];
+#pragma GCC unroll 2
+            for (int pp = 0; pp < 2; pp++) {
+                const int p = 2 * hp + pp;
+#pragma GCC unroll 4
+                for (int wi = 0; wi < NW; wi++) {
+                    if (pf) _mm_prefetch(row[wi] + (size_t)(b0 + 2 * p) * bb + pf, _MM_HINT_T0);
+                    pair_q(type, row[wi], b0, p, &lo[wi][p], &hi[wi][p]);
+                }
+#pragma GCC unroll 2
+                for (int r = 0; r < R; r++) {
+                    const int8_t *xp = x->qp + (size_t)r * k + b0 * 32 + 64 * p;
+                    const __m256i xl = _mm256_loadu_si256((const __m256i *)xp);
+                    const __m256i xh = _mm256_loadu_si256((const __m256i *)(xp + 32));
+                    const __m256i axl = _mm256_abs_epi8(xl), axh = _mm256_abs_epi8(xh);
+#pragma GCC unroll 4
+                    for (int wi = 0; wi < NW; wi++)
+                        s[wi][r][pp] = sgn ? pair_dot_ax(lo[wi][p], hi[wi][p], axl, axh, xl, xh)
+                                           : pair_dot(false, lo[wi][p], hi[wi][p], lo[wi][p],
+                                                      hi[wi][p], xl, xh);
+                }
+            }
+#pragma GCC unroll 4
+            for (int wi = 0; wi < NW; wi++)
+#pragma GCC unroll 2
+                for (int r = 0; r < R; r++) t[wi][r][hp] = pair_fold2(s[wi][r][0], s[wi][r][1]);
+        }
+    } else {
+#pragma GCC unroll 4
+        for (int wi = 0; wi < NW; wi++)
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) {
+                if (pf) _mm_prefetch(row[wi] + (size_t)(b0 + 2 * p) * bb + pf, _MM_HINT_T0);
+                pair_q(type, row[wi], b0, p, &lo[wi][p], &hi[wi][p]);
+                al[wi][p] = sgn ? _mm256_abs_epi8(lo[wi][p]) : lo[wi][p];
+                ah[wi][p] = sgn ? _mm256_abs_epi8(hi[wi][p]) : hi[wi][p];
+            }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const int8_t *xp = x->qp + (size_t)r * k + b0 * 32;
+#pragma GCC unroll 4
+            for (int wi = 0; wi < NW; wi++) {
+                __m256i s[4];
+#pragma GCC unroll 4
+                for (int p = 0; p < 4; p++)
+                    s[p] = pair_dot(sgn, lo[wi][p], hi[wi][p], al[wi][p], ah[wi][p],
+                                    _mm256_loadu_si256((const __m256i *)(xp + 64 * p)),
+                                    _mm256_loadu_si256((const __m256i *)(xp + 64 * p + 32)));
+                t[wi][r][0] = pair_fold2(s[0], s[1]);
+                t[wi][r][1] = pair_fold2(s[2], s[3]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int wi = 0; wi < NW; wi++) {
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const __m256 sx = _mm256_mul_ps(ds[wi], _mm256_loadu_ps(x->d + (size_t)r * nb + b0));
+            const __m256i sum = pair_fold4(t[wi][r][0], t[wi][r][1]);
+            acc[wi][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), sx, acc[wi][r]);
+        }
+    }
+}
 
 /* R activation rows times NW weight rows at a time (both constants), of `type` (a constant):
  * each block of each weight row unpacked in registers once for all R rows, each activation
@@ -559,29 +758,13 @@ rows_unpacked_r(const int type, const char *w, int n, int64_t k, const xq8 *x, f
             /* the K types' units are whole blocks: 8 (a constant the loops unroll to) */
             const int m = k256 || nb - b0 >= 8 ? 8 : (int)(nb - b0);
             unit_hdr h[4];
-            __m256 ov[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                            _mm256_setzero_ps()};
             float sx[4][Q8_GROUP_ROWS][8] __attribute__((aligned(32)));
+            if (!k256 && m == 8 && x->qp) {
+                unit_pairs(type, row, b0, k, x, acc, oacc, R, NW, pf);
+                continue;
+            }
 #pragma GCC unroll 4
             for (int wi = 0; wi < NW; wi++) {
-                if (!k256 && m == 8) {
-                    /* 8 blocks of 32: their scales (and Q4_1's and Q5_1's minimums) converted
-                     * 8 at a time in registers, the offsets made from them there: the same
-                     * values as unit_header's, without its 8 scalar conversions and the
-                     * stores a vector load then waited for */
-                    const char *blk = row[wi] + (size_t)b0 * bb;
-                    const __m256 ds = f16x8_strided(blk, bb);
-                    ov[wi] = type == Q_Q4_0   ? _mm256_mul_ps(_mm256_set1_ps(-8.0f), ds)
-                             : type == Q_Q5_0 ? _mm256_mul_ps(_mm256_set1_ps(-16.0f), ds)
-                             : type == Q_Q4_1 || type == Q_Q5_1 ? f16x8_strided(blk + 2, bb)
-                                                                : _mm256_setzero_ps();
-#pragma GCC unroll 8
-                    for (int r = 0; r < R; r++)
-                        _mm256_store_ps(
-                            sx[wi][r],
-                            _mm256_mul_ps(ds, _mm256_loadu_ps(x->d + (size_t)r * nb + b0)));
-                    continue;
-                }
                 unit_header(type, row[wi], b0, m, &h[wi]);
                 if (m == 8) {
                     const __m256 ds = _mm256_loadu_ps(h[wi].ds);
@@ -629,7 +812,7 @@ rows_unpacked_r(const int type, const char *w, int n, int64_t k, const xq8 *x, f
             if (off32 && m == 8) {
 #pragma GCC unroll 4
                 for (int wi = 0; wi < NW; wi++) {
-                    const __m256 o = k256 ? _mm256_loadu_ps(h[wi].o) : ov[wi];
+                    const __m256 o = _mm256_loadu_ps(h[wi].o);
 #pragma GCC unroll 8
                     for (int r = 0; r < R; r++)
                         oacc[wi][r] = _mm256_fmadd_ps(
@@ -665,56 +848,34 @@ rows_unpacked_r(const int type, const char *w, int n, int64_t k, const xq8 *x, f
     }
 }
 
-/* The n weight rows: NW at a time, then the rest one at a time (the same steps per row). */
-#define ROWS_NW(T, R, NW)                                                                          \
-    do {                                                                                           \
-        const int n_main = n / (NW) * (NW);                                                        \
-        const size_t rb_ = q_row_bytes(T, k);                                                      \
-        if (n_main) rows_unpacked_r(T, w, n_main, k, x, beta, y, ld_y, R, NW);                     \
-        if (n > n_main)                                                                            \
-            rows_unpacked_r(T, w + (size_t)n_main * rb_, n - n_main, k, x, beta, y + n_main, ld_y, \
-                            R, 1);                                                                 \
-    } while (0)
+/* The n weight rows: NW at a time, then the rest one at a time (the same steps per row); NW
+ * is QU_DECODE_NW for one activation row, 2 for two, else 1. */
+SIMD static inline __attribute__((always_inline)) void rows_nw(const int type, const char *w, int n,
+                                                               int64_t k, const xq8 *x, float beta,
+                                                               float *y, int ld_y, const int R)
+{
+    const int NW = R == 1 ? QU_DECODE_NW : R == 2 ? 2 : 1;
+    const int n_main = n / NW * NW;
+    if (n_main) rows_unpacked_r(type, w, n_main, k, x, beta, y, ld_y, R, NW);
+    if (n > n_main)
+        rows_unpacked_r(type, w + (size_t)n_main * q_row_bytes(type, k), n - n_main, k, x, beta,
+                        y + n_main, ld_y, R, 1);
+}
 
-#define UNPACKED_TYPE(name, T)                                                                     \
-    SIMD static void name(const char *w, int n, int64_t k, const xq8 *x, int rows, float beta,     \
-                          float *y, int ld_y)                                                      \
-    {                                                                                              \
-        switch (rows) {                                                                            \
-        case 1: ROWS_NW(T, 1, QU_DECODE_NW); break;                                                \
-        case 2: ROWS_NW(T, 2, 2); break;                                                           \
-        case 3: ROWS_NW(T, 3, 1); break;                                                           \
-        case 4: ROWS_NW(T, 4, 1); break;                                                           \
-        case 5: ROWS_NW(T, 5, 1); break;                                                           \
-        case 6: ROWS_NW(T, 6, 1); break;                                                           \
-        case 7: ROWS_NW(T, 7, 1); break;                                                           \
-        default: ROWS_NW(T, 8, 1); break;                                                          \
-        }                                                                                          \
-    }
-UNPACKED_TYPE(rows_q4_0, Q_Q4_0)
-UNPACKED_TYPE(rows_q4_1, Q_Q4_1)
-UNPACKED_TYPE(rows_q5_0, Q_Q5_0)
-UNPACKED_TYPE(rows_q5_1, Q_Q5_1)
-UNPACKED_TYPE(rows_iq4_nl, Q_IQ4_NL)
-UNPACKED_TYPE(rows_q2_k, Q_Q2_K)
-UNPACKED_TYPE(rows_q3_k, Q_Q3_K)
-UNPACKED_TYPE(rows_q5_k, Q_Q5_K)
-UNPACKED_TYPE(rows_iq4_xs, Q_IQ4_XS)
+/* The types of this file; each is a constant in its own expansion of rows_nw. */
+#define UNPACKED_TYPES(X)                                                                          \
+    X(Q_Q4_0) X(Q_Q4_1) X(Q_Q5_0) X(Q_Q5_1) X(Q_IQ4_NL) X(Q_Q2_K) X(Q_Q3_K) X(Q_Q5_K) X(Q_IQ4_XS)
 
-SIMD void qk_rows_unpacked_avx2(int type, const void *w, int n, int64_t k, const xq8 *x, int rows,
+SIMD void qk_rows_unpacked_avx2(int type, const void *wv, int n, int64_t k, const xq8 *x, int rows,
                                 float beta, float *y, int ld_y)
 {
+    const char *w = wv;
+#define UNPACKED_CASE(T)                                                                           \
+    case T: ROWS_BY_COUNT(rows, rows_nw, T, w, n, k, x, beta, y, ld_y) break;
     switch (type) {
-    case Q_Q4_0: rows_q4_0(w, n, k, x, rows, beta, y, ld_y); break;
-    case Q_Q4_1: rows_q4_1(w, n, k, x, rows, beta, y, ld_y); break;
-    case Q_Q5_0: rows_q5_0(w, n, k, x, rows, beta, y, ld_y); break;
-    case Q_Q5_1: rows_q5_1(w, n, k, x, rows, beta, y, ld_y); break;
-    case Q_IQ4_NL: rows_iq4_nl(w, n, k, x, rows, beta, y, ld_y); break;
-    case Q_Q2_K: rows_q2_k(w, n, k, x, rows, beta, y, ld_y); break;
-    case Q_Q3_K: rows_q3_k(w, n, k, x, rows, beta, y, ld_y); break;
-    case Q_Q5_K: rows_q5_k(w, n, k, x, rows, beta, y, ld_y); break;
-    case Q_IQ4_XS: rows_iq4_xs(w, n, k, x, rows, beta, y, ld_y); break;
+        UNPACKED_TYPES(UNPACKED_CASE)
     }
+#undef UNPACKED_CASE
 }
 
 #endif /* QK_X86 */

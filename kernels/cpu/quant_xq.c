@@ -28,6 +28,18 @@ void qk_xq8_row_portable(const float *x, int8_t *q, float *d, float *s, int64_t 
     }
 }
 
+void qk_xq8_pairs(const int8_t *q, int8_t *qp, int64_t k)
+{
+    int64_t e = 0;
+    for (; e + 256 <= k; e += 256)
+        for (int j = 0; j < 4; j++)
+            for (int h = 0; h < 2; h++)
+                for (int b = 0; b < 2; b++) /* block j, then j + 4 */
+                    memcpy(qp + e + 64 * j + 32 * h + 16 * b, q + e + 32 * (j + 4 * b) + 16 * h,
+                           16);
+    memcpy(qp + e, q + e, (size_t)(k - e));
+}
+
 #if QK_X86
 
 SIMD void qk_xq8_row_avx2(const float *x, int8_t *q, float *d, float *s, int64_t k)
@@ -107,13 +119,20 @@ static bool q8k_wanted(int rows, int k, int isa)
     return k % QK_K == 0 && isa < Q_ISA_AVX512 && rows <= Q_INT_MAX_ROWS;
 }
 
+/* Whether rows get xq8.qp: where the AVX2 kernels of the 32-element unpacked types read it
+ * (on AVX-512 too, up to Q_INT_MAX_ROWS rows). */
+static bool pairs_wanted(int rows, int isa)
+{
+    return isa > Q_ISA_PORTABLE && rows <= Q_INT_MAX_ROWS;
+}
+
 /* The regions of a q_xq for rows x k on isa, as offsets o[] from its 64-aligned start; returns
  * the bytes it needs (with the slack to align an unaligned buffer). */
-static size_t xq_plan(int rows, int k, int isa, size_t o[13])
+static size_t xq_plan(int rows, int k, int isa, size_t o[14])
 {
     const size_t nb = (size_t)k / 32, R = (size_t)rows;
     size_t off = sizeof(struct q_xq);
-    memset(o, 0, 13 * sizeof *o);
+    memset(o, 0, 14 * sizeof *o);
     o[9] = qk_carve(&off, R * nb * 2 * 4);
     o[0] = qk_carve(&off, R * nb * 4);
     o[1] = qk_carve(&off, R * nb * 4);
@@ -131,19 +150,20 @@ static size_t xq_plan(int rows, int k, int isa, size_t o[13])
         o[11] = qk_carve(&off, R * (size_t)k / QK_K * 4);
         o[12] = qk_carve(&off, R * (size_t)k / 16 * 2);
     }
+    if (pairs_wanted(rows, isa)) o[13] = qk_carve(&off, R * (size_t)k);
     return off + 64;
 }
 
 size_t q_xq_bytes(int rows, int k)
 {
-    size_t o[13];
+    size_t o[14];
     return xq_plan(rows, k, q_isa(), o);
 }
 
 const q_xq *q_xq_prepare(void *mem, size_t bytes, const float *x, int rows, int k)
 {
     const int isa = q_isa();
-    size_t o[13];
+    size_t o[14];
     if (rows < 1 || k % 32 || bytes < xq_plan(rows, k, isa, o)) return NULL;
     char *buf = (char *)mem + (64 - (uintptr_t)mem % 64) % 64;
     struct q_xq *a = (struct q_xq *)buf;
@@ -166,6 +186,11 @@ const q_xq *q_xq_prepare(void *mem, size_t bytes, const float *x, int rows, int 
         int sum = 0;
         for (int l = 0; l < 16; l++) sum += q[l];
         a->xq.s16[g] = a->xq.d[g / 2] * (float)sum;
+    }
+    if (pairs_wanted(rows, isa)) {
+        a->xq.qp = (int8_t *)(buf + o[13]);
+        for (int r = 0; r < rows; r++)
+            qk_xq8_pairs(a->xq.q + (size_t)r * k, a->xq.qp + (size_t)r * k, k);
     }
     if (q8k_wanted(rows, k, isa)) {
         a->xq.kq = (int8_t *)(buf + o[10]);
