@@ -95,18 +95,11 @@ typedef struct kblk {
     float d, dmin;
 } kblk;
 
-/* Q3_K's sixteen 6-bit scales from their 12 bytes (ggml's unpacking), less their bias 32. */
+/* Q3_K's sixteen 6-bit scales from their 12 bytes, less their bias 32. */
 static inline void q3k_scales_signed(const uint8_t *s12, int8_t out[16])
 {
-    uint32_t aux[4];
-    memcpy(aux, s12, 12);
-    const uint32_t km1 = 0x03030303, km2 = 0x0f0f0f0f, tmp = aux[2];
-    aux[2] = ((aux[0] >> 4) & km2) | (((tmp >> 4) & km1) << 4);
-    aux[3] = ((aux[1] >> 4) & km2) | (((tmp >> 6) & km1) << 4);
-    aux[0] = (aux[0] & km2) | (((tmp >> 0) & km1) << 4);
-    aux[1] = (aux[1] & km2) | (((tmp >> 2) & km1) << 4);
     uint8_t u[16];
-    memcpy(u, aux, 16);
+    q3k_scales(s12, u);
     for (int g = 0; g < 16; g++) out[g] = (int8_t)(u[g] - 32);
 }
 

@@ -56,19 +56,6 @@ static bool has_offsets(int type)
     return type == Q_Q4_1 || type == Q_Q5_1 || type == Q_Q2_K || type == Q_Q5_K;
 }
 
-/* Q3_K's sixteen 6-bit scales from their 12 bytes (ggml's unpacking), 0..63. */
-static inline void q3k_scales(const uint8_t *s12, uint8_t out[16])
-{
-    uint32_t aux[4];
-    memcpy(aux, s12, 12);
-    const uint32_t km1 = 0x03030303, km2 = 0x0f0f0f0f, tmp = aux[2];
-    aux[2] = ((aux[0] >> 4) & km2) | (((tmp >> 4) & km1) << 4);
-    aux[3] = ((aux[1] >> 4) & km2) | (((tmp >> 6) & km1) << 4);
-    aux[0] = (aux[0] & km2) | (((tmp >> 0) & km1) << 4);
-    aux[1] = (aux[1] & km2) | (((tmp >> 2) & km1) << 4);
-    memcpy(out, aux, 16);
-}
-
 /* The scales and offsets of a unit (the same on every path: the f16 conversions are exact). */
 #define UNIT_SCALES(NAME, ATTR, F16)                                                               \
     ATTR static inline __attribute__((always_inline)) void NAME(int type, const void *row,         \
