@@ -11,6 +11,7 @@
 #define RINGLM_TESTS_LLAMA_LIB_UTIL_H
 
 #include "gguf_test_util.h"
+#include "kernels/cpu/quant.h"
 #include "model/gguf.h"
 
 #include <criterion/criterion.h>
@@ -33,6 +34,33 @@ static inline void *ggml_base_or_skip(void)
     void *lib = dlopen(p, RTLD_NOW | RTLD_LOCAL);
     if (!lib) cr_skip_test("node-llama-cpp's libggml-base.so absent (`make deps`): %s", dlerror());
     return lib;
+}
+
+/* ggml's quantize_* of every type ringlm-mkmodel quantizes to, and whether it reads
+ * quant_weights (an importance matrix's row): quantize_q8_0 ignores them. */
+static const struct ggml_quantizer {
+    int type;
+    const char *fn;
+    bool weighted;
+} ggml_quantizers[] = {
+    {Q_Q8_0, "quantize_q8_0", false}, {Q_Q4_0, "quantize_q4_0", true},
+    {Q_Q4_1, "quantize_q4_1", true},  {Q_Q5_0, "quantize_q5_0", true},
+    {Q_Q5_1, "quantize_q5_1", true},  {Q_IQ4_NL, "quantize_iq4_nl", true},
+    {Q_Q2_K, "quantize_q2_K", true},  {Q_Q3_K, "quantize_q3_K", true},
+    {Q_Q4_K, "quantize_q4_K", true},  {Q_Q5_K, "quantize_q5_K", true},
+    {Q_Q6_K, "quantize_q6_K", true},  {Q_IQ4_XS, "quantize_iq4_xs", true},
+};
+#define GGML_N_QUANTIZERS (sizeof ggml_quantizers / sizeof ggml_quantizers[0])
+
+typedef size_t (*ggml_quantize_fn)(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
+                                   const float *quant_weights);
+
+/* q's function in ggml (lib from ggml_base_or_skip); fails the test where it is absent. */
+static inline ggml_quantize_fn ggml_quantizer_fn(void *lib, const struct ggml_quantizer *q)
+{
+    ggml_quantize_fn f = (ggml_quantize_fn)dlsym(lib, q->fn);
+    cr_assert_not_null(f, "%s: %s", q->fn, dlerror());
+    return f;
 }
 
 /* llama_model_quantize_params of the llama.cpp node-llama-cpp pins (include/llama.h). */

@@ -50,24 +50,15 @@ static float uniform(void)
 Test(gguf_imatrix, weighted_quantization_equals_ggml_byte_for_byte)
 {
     void *lib = ggml_base_or_skip();
-    static const struct {
-        int type;
-        const char *fn;
-    } types[] = {
-        {Q_Q4_K, "quantize_q4_K"},     {Q_Q5_K, "quantize_q5_K"},    {Q_Q6_K, "quantize_q6_K"},
-        {Q_Q2_K, "quantize_q2_K"},     {Q_Q3_K, "quantize_q3_K"},    {Q_Q4_0, "quantize_q4_0"},
-        {Q_Q4_1, "quantize_q4_1"},     {Q_Q5_0, "quantize_q5_0"},    {Q_Q5_1, "quantize_q5_1"},
-        {Q_IQ4_NL, "quantize_iq4_nl"}, {Q_IQ4_XS, "quantize_iq4_xs"}};
     const int k = 1024, rows = 24;
     float *x = malloc((size_t)k * sizeof *x), *qw = malloc((size_t)k * sizeof *qw);
     unsigned char *ours = malloc((size_t)k * 4), *theirs = malloc((size_t)k * 4),
                   *plain = malloc((size_t)k * 4);
-    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
-        size_t (*quant)(const float *, void *, int64_t, int64_t, const float *) =
-            (size_t(*)(const float *, void *, int64_t, int64_t, const float *))dlsym(lib,
-                                                                                     types[t].fn);
-        cr_assert_not_null(quant, "%s: %s", types[t].fn, dlerror());
-        const size_t rb = q_row_bytes(types[t].type, k);
+    for (size_t t = 0; t < GGML_N_QUANTIZERS; t++) {
+        const struct ggml_quantizer *q = &ggml_quantizers[t];
+        if (!q->weighted) continue;
+        const ggml_quantize_fn quant = ggml_quantizer_fn(lib, q);
+        const size_t rb = q_row_bytes(q->type, k);
         rng = 0x9e3779b97f4a7c15ull;
         int differ = 0;
         for (int r = 0; r < rows; r++) {
@@ -83,17 +74,17 @@ Test(gguf_imatrix, weighted_quantization_equals_ggml_byte_for_byte)
             }
             memset(ours, 0xa5, rb);
             memset(theirs, 0x5a, rb);
-            cr_assert_eq(q_quantize_row_weighted(types[t].type, x, ours, k, qw), rb,
-                         "%s: ringlm's row under the weights", types[t].fn);
-            cr_assert_eq(quant(x, theirs, 1, k, qw), rb, "%s: row bytes", types[t].fn);
+            cr_assert_eq(q_quantize_row_weighted(q->type, x, ours, k, qw), rb,
+                         "%s: ringlm's row under the weights", q->fn);
+            cr_assert_eq(quant(x, theirs, 1, k, qw), rb, "%s: row bytes", q->fn);
             for (size_t i = 0; i < rb; i++)
                 cr_assert(ours[i] == theirs[i],
-                          "%s row %d: byte %zu of %zu: ringlm 0x%02x, ggml 0x%02x", types[t].fn, r,
-                          i, rb, ours[i], theirs[i]);
-            q_quantize_row(types[t].type, x, plain, k);
+                          "%s row %d: byte %zu of %zu: ringlm 0x%02x, ggml 0x%02x", q->fn, r, i, rb,
+                          ours[i], theirs[i]);
+            q_quantize_row(q->type, x, plain, k);
             differ += memcmp(plain, ours, rb) != 0;
         }
-        cr_assert_geq(differ, rows / 2, "%s: the weights change %d rows of %d", types[t].fn, differ,
+        cr_assert_geq(differ, rows / 2, "%s: the weights change %d rows of %d", q->fn, differ,
                       rows);
     }
     free(x);

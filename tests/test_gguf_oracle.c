@@ -598,24 +598,13 @@ Test(gguf_oracle, dequantization_equals_ggml_bit_for_bit)
 Test(gguf_oracle, quantization_equals_ggml_byte_for_byte)
 {
     void *lib = ggml_base_or_skip();
-    static const struct {
-        int type;
-        const char *fn;
-    } types[] = {
-        {Q_Q8_0, "quantize_q8_0"}, {Q_Q4_0, "quantize_q4_0"}, {Q_Q4_1, "quantize_q4_1"},
-        {Q_Q5_0, "quantize_q5_0"}, {Q_Q5_1, "quantize_q5_1"}, {Q_IQ4_NL, "quantize_iq4_nl"},
-        {Q_Q2_K, "quantize_q2_K"}, {Q_Q3_K, "quantize_q3_K"}, {Q_Q4_K, "quantize_q4_K"},
-        {Q_Q5_K, "quantize_q5_K"}, {Q_Q6_K, "quantize_q6_K"}, {Q_IQ4_XS, "quantize_iq4_xs"},
-    };
     const int k = 1024, rows = 24;
     float *x = malloc((size_t)k * sizeof *x);
     unsigned char *ours = malloc(q_row_bytes(Q_F32, k)), *theirs = malloc(q_row_bytes(Q_F32, k));
-    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
-        size_t (*quant)(const float *, void *, int64_t, int64_t, const float *) =
-            (size_t(*)(const float *, void *, int64_t, int64_t, const float *))dlsym(lib,
-                                                                                     types[t].fn);
-        cr_assert_not_null(quant, "%s: %s", types[t].fn, dlerror());
-        const size_t rb = q_row_bytes(types[t].type, k);
+    for (size_t t = 0; t < GGML_N_QUANTIZERS; t++) {
+        const struct ggml_quantizer *q = &ggml_quantizers[t];
+        const ggml_quantize_fn quant = ggml_quantizer_fn(lib, q);
+        const size_t rb = q_row_bytes(q->type, k);
         dq_rng = 0x9e3779b97f4a7c15ull;
         for (int r = 0; r < rows; r++) {
             const float scale = r % 3 == 0 ? 0.02f : r % 3 == 1 ? 1.0f : 30.0f;
@@ -635,12 +624,12 @@ Test(gguf_oracle, quantization_equals_ggml_byte_for_byte)
                 for (int i = 0; i < k; i++) x[i] *= 1e-6f;
             memset(ours, 0xa5, rb);
             memset(theirs, 0x5a, rb);
-            cr_assert_eq(q_quantize_row(types[t].type, x, ours, k), rb);
-            cr_assert_eq(quant(x, theirs, 1, k, NULL), rb, "%s: row bytes", types[t].fn);
+            cr_assert_eq(q_quantize_row(q->type, x, ours, k), rb);
+            cr_assert_eq(quant(x, theirs, 1, k, NULL), rb, "%s: row bytes", q->fn);
             for (size_t i = 0; i < rb; i++)
                 cr_assert(ours[i] == theirs[i],
-                          "%s row %d: byte %zu of %zu: ringlm 0x%02x, ggml 0x%02x", types[t].fn, r,
-                          i, rb, ours[i], theirs[i]);
+                          "%s row %d: byte %zu of %zu: ringlm 0x%02x, ggml 0x%02x", q->fn, r, i, rb,
+                          ours[i], theirs[i]);
         }
     }
     free(x);
