@@ -159,13 +159,21 @@ static void rings_equal_full_layout(const char *path, int last)
     eng_model_free(m);
 }
 
+/* The synthetic preset exported as an F32 GGUF of arch (gemma2, gemma3; NULL: llama, every
+ * layer windowed) in heads of head_dim (0: the preset's), window WINDOW, as tmpdir/name. */
+static void window_gguf(char *path, size_t n, const char *name, const char *preset,
+                        const char *arch, int head_dim)
+{
+    snprintf(path, n, "%s/%s", tmpdir, name);
+    export_gguf_window(preset, NULL, "F32", arch, head_dim, WINDOW, path);
+}
+
 Test(engine_swa, gemma2_rings_equal_the_full_layout, .init = mk_tmpdir, .fini = rm_tmpdir,
      .timeout = 300)
 {
     char path[512];
-    snprintf(path, sizeof path, "%s/g2.gguf", tmpdir);
     /* 4 layers, every other one global; 300 positions, about 9 windows */
-    export_gguf_window("synthetic:gqa-test:12", NULL, "F32", "gemma2", 64, WINDOW, path);
+    window_gguf(path, sizeof path, "g2.gguf", "synthetic:gqa-test:12", "gemma2", 64);
     rings_equal_full_layout(path, 300);
 }
 
@@ -173,18 +181,16 @@ Test(engine_swa, gemma3_rings_equal_the_full_layout, .init = mk_tmpdir, .fini = 
      .timeout = 300)
 {
     char path[512];
-    snprintf(path, sizeof path, "%s/g3.gguf", tmpdir);
     /* 16 layers, 5 and 11 global (one in six), its own RoPE base on the windowed layers; the
      * preset's context is 256 */
-    export_gguf_window("synthetic:quant-gqa:5", NULL, "F32", "gemma3", 32, WINDOW, path);
+    window_gguf(path, sizeof path, "g3.gguf", "synthetic:quant-gqa:5", "gemma3", 32);
     rings_equal_full_layout(path, 250);
 }
 
 Test(engine_swa, bad_rings_are_refused, .init = mk_tmpdir, .fini = rm_tmpdir)
 {
     char path[512];
-    snprintf(path, sizeof path, "%s/g2.gguf", tmpdir);
-    export_gguf_window("synthetic:gqa-test:12", NULL, "F32", "gemma2", 64, WINDOW, path);
+    window_gguf(path, sizeof path, "g2.gguf", "synthetic:gqa-test:12", "gemma2", 64);
     eng_model *m = load(path);
     eng *e = engine(m, 8, 2);
     static seq s[2];
@@ -215,8 +221,7 @@ Test(engine_swa, bad_rings_are_refused, .init = mk_tmpdir, .fini = rm_tmpdir)
     eng_model_free(m);
 
     /* every layer windowed (a Mistral-style llama file) or none: no rings */
-    snprintf(path, sizeof path, "%s/l.gguf", tmpdir);
-    export_gguf_window("synthetic:gqa-test:12", NULL, "F32", NULL, 0, WINDOW, path);
+    window_gguf(path, sizeof path, "l.gguf", "synthetic:gqa-test:12", NULL, 0);
     m = load(path);
     cr_assert_not(eng_model_mixed_window(m));
     eng_options o = {.backend = "cpu",
