@@ -233,6 +233,18 @@ static void streams_equal_then_clean(dmn *d, char *got, char *want, const char *
     free(want);
 }
 
+/* Two tests of one body: name2 runs body(false) on the gemma2 model, name3 body(true) on
+ * the gemma3 one. */
+#define GEMMA2_AND_GEMMA3(body, name2, name3)                                                      \
+    Test(daemon_window, name2, .init = mk_tmpdir, .fini = rm_tmpdir, .timeout = 300)               \
+    {                                                                                              \
+        body(false);                                                                               \
+    }                                                                                              \
+    Test(daemon_window, name3, .init = mk_tmpdir, .fini = rm_tmpdir, .timeout = 300)               \
+    {                                                                                              \
+        body(true);                                                                                \
+    }
+
 static void mixed_long_stream(bool gemma3)
 {
     need_daemon_binary();
@@ -261,17 +273,8 @@ static void mixed_long_stream(bool gemma3)
                              "greedy stream on rings differs from every layer in the blocks");
 }
 
-Test(daemon_window, gemma2_stream_on_rings_equals_every_layer_in_blocks, .init = mk_tmpdir,
-     .fini = rm_tmpdir, .timeout = 300)
-{
-    mixed_long_stream(false);
-}
-
-Test(daemon_window, gemma3_stream_on_rings_equals_every_layer_in_blocks, .init = mk_tmpdir,
-     .fini = rm_tmpdir, .timeout = 300)
-{
-    mixed_long_stream(true);
-}
+GEMMA2_AND_GEMMA3(mixed_long_stream, gemma2_stream_on_rings_equals_every_layer_in_blocks,
+                  gemma3_stream_on_rings_equals_every_layer_in_blocks)
 
 /* The pools ringlmd logs at start: one ring's bytes and one (global layers') block's. */
 static void ring_and_block_bytes(const dmn *d, double *ring, double *block)
@@ -353,17 +356,8 @@ static void mixed_preempted_swaps(bool gemma3)
                              "streams after swaps on rings differ from the reference");
 }
 
-Test(daemon_window, gemma2_preempted_on_rings_swaps_ring_to_host, .init = mk_tmpdir,
-     .fini = rm_tmpdir, .timeout = 300)
-{
-    mixed_preempted_swaps(false);
-}
-
-Test(daemon_window, gemma3_preempted_on_rings_swaps_ring_to_disk, .init = mk_tmpdir,
-     .fini = rm_tmpdir, .timeout = 300)
-{
-    mixed_preempted_swaps(true);
-}
+GEMMA2_AND_GEMMA3(mixed_preempted_swaps, gemma2_preempted_on_rings_swaps_ring_to_host,
+                  gemma3_preempted_on_rings_swaps_ring_to_disk)
 
 /* Two gemma2 streams of 408 positions (26 blocks each) in 40 blocks under a recompute
  * policy: one is preempted and recomputed from position 0 on a ring it takes again; both
