@@ -10,8 +10,9 @@
  * measures OpenBLAS's own choice) and the CPU's features. Each figure is the median of
  * --repeats, with the lowest and highest.
  *
- * It also measures one core's multiply units (mul_probe_run below: 256-bit FMAs, 8-bit
- * multiplies, 8-bit dots, both side by side, per cycle); --mul measures only those.
+ * It also measures one core's vector units (mul_probe_run below: the rate of each instruction
+ * the dot kernels are made of, alone and in pairs; 8-bit dots; FMAs and dots side by side,
+ * per cycle); --mul measures only those.
  *
  *   machine_probe [--threads N] [--repeats R] [--mib M] [--json] [--mul]
  */
@@ -163,25 +164,23 @@ static double fma_gflops(int threads)
 /* ---- the multiply units, one thread --------------------------------------------------- */
 
 /*
- * What one core's multipliers give per cycle, for the kernels' choice between float and
- * integer dots: each loop runs independent chains in registers (asm, so GCC can neither fold
- * nor reorder them) of one 256-bit instruction, or of the three an 8-bit dot needs per 32
- * products (vpmaddubsw, vpmaddwd to 32 bits, vpaddd), or of two FMAs beside one such dot (do
- * the integer and float multipliers issue side by side?), timed on the thread's CPU clock
- * (load from other processes does not count). Cycles come from a chain of dependent scalar
- * adds (one a cycle on every x86-64 core), timed beside them.
+ * What one core's vector units give per cycle, for the kernels' choice of instructions
+ * (kernels/cpu/quant_*.c) and between float and integer dots, timed on the thread's CPU
+ * clock (load from other processes takes time away only between the probe's own slices):
+ *
+ * - the throughput of each instruction the dot kernels are made of (vpmaddubsw, vpmaddwd,
+ *   vfmadd231ps, vcvtdq2ps, vpaddw, vpshufb, in xmm and ymm), alone and in pairs (a pair
+ *   that runs at the rate of one of them alone shares its pipe): each writes one of 12
+ *   registers from 2 others that never change (the FMA accumulates: 12 chains, more than its
+ *   latency times its rate), so only the issue rate bounds it;
+ * - 8-bit dots of 32 products (vpmaddubsw, vpmaddwd to 32 bits, vpaddd: 6 chains), and two
+ *   FMAs beside each such dot (do the integer and float multipliers issue side by side?).
+ *
+ * A cycle is one step of a chain of dependent scalar adds (one a cycle on every x86-64 core),
+ * timed before and after. All in asm, so GCC can neither fold nor reorder it.
  */
-#define MUL_ITERS (4 * 1000 * 1000)
-
-typedef struct mul_probe {
-    double ghz;        /* dependent adds per ns */
-    double fma;        /* vfmadd231ps ymm per cycle */
-    double maddubs;    /* vpmaddubsw ymm per cycle */
-    double madd;       /* vpmaddwd ymm per cycle */
-    double dot8;       /* 8-bit dots of 32 products (maddubs + madd + paddd) per cycle */
-    double mixed_fma;  /* in the mixed loop: FMAs per cycle ... */
-    double mixed_dot8; /* ... and 8-bit dots per cycle */
-} mul_probe;
+#define UOP_ITERS 2000000L          /* iterations of an instruction probe: 24 instructions each */
+#define MUL_ITERS (4 * 1000 * 1000) /* iterations of a dot probe */
 
 static double thread_s(void)
 {
@@ -190,57 +189,82 @@ static double thread_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* 24 instructions per iteration: twice over registers 0-11 of the width W (x or y), each
+ * made from registers 12 and 13 (FMA: accumulated). A pair alternates its two kinds (even
+ * registers the first). */
+#define R12(F, W)                                                                                  \
+    F(W, 0)                                                                                        \
+    F(W, 1) F(W, 2) F(W, 3) F(W, 4) F(W, 5) F(W, 6) F(W, 7) F(W, 8) F(W, 9) F(W, 10) F(W, 11)
+#define P12(A, B, W)                                                                               \
+    A(W, 0)                                                                                        \
+    B(W, 1) A(W, 2) B(W, 3) A(W, 4) B(W, 5) A(W, 6) B(W, 7) A(W, 8) B(W, 9) A(W, 10) B(W, 11)
+#define MADDUBS(W, i) "vpmaddubsw %%" #W "mm13, %%" #W "mm12, %%" #W "mm" #i "\n\t"
+#define MADDWD(W, i)  "vpmaddwd %%" #W "mm13, %%" #W "mm12, %%" #W "mm" #i "\n\t"
+#define FMA(W, i)     "vfmadd231ps %%" #W "mm13, %%" #W "mm12, %%" #W "mm" #i "\n\t"
+#define CVT(W, i)     "vcvtdq2ps %%" #W "mm13, %%" #W "mm" #i "\n\t"
+#define ADDW(W, i)    "vpaddw %%" #W "mm13, %%" #W "mm12, %%" #W "mm" #i "\n\t"
+#define SHUFB(W, i)   "vpshufb %%" #W "mm13, %%" #W "mm12, %%" #W "mm" #i "\n\t"
+
+/* Each instruction probe: its function, its name in the report. */
+#define UOPS(X)                                                                                    \
+    X(maddubs_x, "vpmaddubsw xmm", R12(MADDUBS, x))                                                \
+    X(maddubs_y, "vpmaddubsw ymm", R12(MADDUBS, y))                                                \
+    X(maddwd_x, "vpmaddwd xmm", R12(MADDWD, x))                                                    \
+    X(maddwd_y, "vpmaddwd ymm", R12(MADDWD, y))                                                    \
+    X(fma_x, "vfmadd231ps xmm", R12(FMA, x))                                                       \
+    X(fma_y, "vfmadd231ps ymm", R12(FMA, y))                                                       \
+    X(cvt_y, "vcvtdq2ps ymm", R12(CVT, y))                                                         \
+    X(addw_y, "vpaddw ymm", R12(ADDW, y))                                                          \
+    X(shufb_x, "vpshufb xmm", R12(SHUFB, x))                                                       \
+    X(shufb_y, "vpshufb ymm", R12(SHUFB, y))                                                       \
+    X(maddubs_maddwd_y, "vpmaddubsw + vpmaddwd ymm", P12(MADDUBS, MADDWD, y))                      \
+    X(maddubs_fma_y, "vpmaddubsw + vfmadd231ps ymm", P12(MADDUBS, FMA, y))                         \
+    X(maddwd_fma_y, "vpmaddwd + vfmadd231ps ymm", P12(MADDWD, FMA, y))                             \
+    X(maddubs_addw_y, "vpmaddubsw + vpaddw ymm", P12(MADDUBS, ADDW, y))                            \
+    X(maddubs_shufb_y, "vpmaddubsw + vpshufb ymm", P12(MADDUBS, SHUFB, y))                         \
+    X(fma_cvt_y, "vfmadd231ps + vcvtdq2ps ymm", P12(FMA, CVT, y))
+
+#define UOP_ENUM(id, name, body) UOP_##id,
+enum { UOPS(UOP_ENUM) N_UOPS };
+#define UOP_NAME(id, name, body) name,
+static const char *const uop_names[N_UOPS] = {UOPS(UOP_NAME)};
+
+/* One run's figures: v[MP_UOP + i] is instruction probe i's rate. */
+enum { MP_GHZ, MP_DOT8, MP_MIXED_FMA, MP_MIXED_DOT8, MP_UOP, MP_N = MP_UOP + N_UOPS };
+typedef struct mul_probe {
+    double v[MP_N]; /* clock (GHz); the rest per cycle */
+} mul_probe;
+
 #if defined(__x86_64__)
 typedef long long v4i __attribute__((vector_size(32)));
 
-/* seconds for MUL_ITERS x 10 dependent adds */
-static double add_chain_s(void)
+/* seconds per cycle: 24 dependent adds per iteration */
+static double cycle_s(void)
 {
-    unsigned long x = 1;
-    double t0 = thread_s();
-    for (int i = 0; i < MUL_ITERS; i++)
-        __asm__("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
-                "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0"
-                : "+r"(x));
-    double dt = thread_s() - t0;
-    volatile unsigned long sink = x;
-    (void)sink;
-    return dt;
+    long acc = 1;
+    const double t0 = thread_s();
+    for (long i = 0; i < UOP_ITERS; i++)
+        __asm__ volatile(".rept 24\n\taddq $1, %0\n\t.endr" : "+r"(acc));
+    return (thread_s() - t0) / ((double)UOP_ITERS * 24.0);
 }
 
-#define CH8(op)                                                                                    \
-    __asm__(op : "+x"(c0) : "x"(k));                                                               \
-    __asm__(op : "+x"(c1) : "x"(k));                                                               \
-    __asm__(op : "+x"(c2) : "x"(k));                                                               \
-    __asm__(op : "+x"(c3) : "x"(k));                                                               \
-    __asm__(op : "+x"(c4) : "x"(k));                                                               \
-    __asm__(op : "+x"(c5) : "x"(k));                                                               \
-    __asm__(op : "+x"(c6) : "x"(k));                                                               \
-    __asm__(op : "+x"(c7) : "x"(k));
+#define UOP_CLOBBERS                                                                               \
+    "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",       \
+        "xmm11", "xmm12", "xmm13"
+#define UOP_ZERO "vpxor %%xmm12, %%xmm12, %%xmm12\n\tvpxor %%xmm13, %%xmm13, %%xmm13\n\t"
 
-/* seconds for MUL_ITERS x 8 of one instruction (kind 0 FMA, 1 maddubs, 2 madd) */
-__attribute__((target("avx2,fma"))) static double one_op_s(int kind)
-{
-    /* FMA: c += 1e-3 x 1e-3 from 1.0 (normal floats throughout); else bytes / words of 1 */
-    const long long kk = kind == 0 ? 0x3A83126F3A83126Fll : 0x0101010101010101ll,
-                    ci = kind == 0 ? 0x3F8000003F800000ll : kk;
-    const v4i k = {kk, kk, kk, kk};
-    v4i c0 = {ci, ci, ci, ci}, c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0;
-    double t0 = thread_s();
-    for (int i = 0; i < MUL_ITERS; i++) {
-        if (kind == 0) {
-            CH8("vfmadd231ps %1, %1, %0")
-        } else if (kind == 1) {
-            CH8("vpmaddubsw %1, %0, %0")
-        } else {
-            CH8("vpmaddwd %1, %0, %0")
-        }
+/* seconds per instruction of a probe */
+#define UOP_FN(id, name, body)                                                                     \
+    __attribute__((target("avx2,fma"))) static double uop_##id(void)                               \
+    {                                                                                              \
+        const double t0 = thread_s();                                                              \
+        for (long i = 0; i < UOP_ITERS; i++)                                                       \
+            __asm__ volatile(UOP_ZERO body body ::: UOP_CLOBBERS);                                 \
+        return (thread_s() - t0) / ((double)UOP_ITERS * 24.0);                                     \
     }
-    double dt = thread_s() - t0;
-    volatile long long sink = c0[0] + c1[1] + c2[2] + c3[3] + c4[0] + c5[1] + c6[2] + c7[3];
-    (void)sink;
-    return dt;
-}
+UOPS(UOP_FN)
+#define UOP_PTR(id, name, body) uop_##id,
+static double (*const uop_fns[N_UOPS])(void) = {UOPS(UOP_PTR)};
 
 #define DOT8(c, t)                                                                                 \
     __asm__("vpmaddubsw %2, %0, %1\n\tvpmaddwd %3, %1, %1\n\tvpaddd %1, %0, %0"                    \
@@ -285,28 +309,29 @@ __attribute__((target("avx2,fma"))) static double dot8_s(int mixed)
     return dt;
 }
 
-static mul_probe mul_probe_run(void)
+/* One run of every probe (zeros without AVX2 + FMA). */
+static mul_probe mul_probe_run(int avx2)
 {
-    mul_probe p = {0};
-    const double n = (double)MUL_ITERS;
-    const double add = add_chain_s();
-    const double fma = one_op_s(0), mub = one_op_s(1), mad = one_op_s(2);
+    mul_probe p = {{0}};
+    if (!avx2) return p;
+    const double c0 = cycle_s();
+    double t[N_UOPS];
+    for (int i = 0; i < N_UOPS; i++) t[i] = uop_fns[i]();
     const double dot = dot8_s(0), mix = dot8_s(1);
-    const double add2 = add_chain_s();                  /* the clock, before and after */
-    const double cyc_s = 10.0 * n / ((add + add2) / 2); /* cycles per second */
-    p.ghz = cyc_s / 1e9;
-    p.fma = 8 * n / (fma * cyc_s);
-    p.maddubs = 8 * n / (mub * cyc_s);
-    p.madd = 8 * n / (mad * cyc_s);
-    p.dot8 = 6 * n / (dot * cyc_s);
-    p.mixed_fma = 4 * n / (mix * cyc_s);
-    p.mixed_dot8 = 2 * n / (mix * cyc_s);
+    const double c = (c0 + cycle_s()) / 2;  /* the clock, before and after */
+    const double n = (double)MUL_ITERS * c; /* MUL_ITERS cycles, in seconds */
+    p.v[MP_GHZ] = 1e-9 / c;
+    for (int i = 0; i < N_UOPS; i++) p.v[MP_UOP + i] = c / t[i];
+    p.v[MP_DOT8] = 6 * n / dot;
+    p.v[MP_MIXED_FMA] = 4 * n / mix;
+    p.v[MP_MIXED_DOT8] = 2 * n / mix;
     return p;
 }
 #else
-static mul_probe mul_probe_run(void)
+static mul_probe mul_probe_run(int avx2)
 {
-    return (mul_probe){0};
+    (void)avx2;
+    return (mul_probe){{0}};
 }
 #endif
 
@@ -343,44 +368,56 @@ static void mul_report(const mul_probe *runs, int n, int json)
 {
     static const struct {
         const char *key, *what;
-        size_t off;
+        int at;
     } f[] = {
-        {"ghz", "clock (dependent adds per ns)", offsetof(mul_probe, ghz)},
-        {"fma_per_cycle", "vfmadd231ps ymm per cycle", offsetof(mul_probe, fma)},
-        {"maddubs_per_cycle", "vpmaddubsw ymm per cycle", offsetof(mul_probe, maddubs)},
-        {"madd_per_cycle", "vpmaddwd ymm per cycle", offsetof(mul_probe, madd)},
-        {"dot8_per_cycle", "8-bit dots of 32 (maddubs+madd+add)/cycle", offsetof(mul_probe, dot8)},
-        {"mixed_fma_per_cycle", "mixed 2 FMA : 1 dot: FMAs per cycle",
-         offsetof(mul_probe, mixed_fma)},
-        {"mixed_dot8_per_cycle", "mixed 2 FMA : 1 dot: dots per cycle",
-         offsetof(mul_probe, mixed_dot8)},
+        {"ghz", "clock (dependent adds per ns)", MP_GHZ},
+        {"fma_per_cycle", "vfmadd231ps ymm per cycle", MP_UOP + UOP_fma_y},
+        {"maddubs_per_cycle", "vpmaddubsw ymm per cycle", MP_UOP + UOP_maddubs_y},
+        {"madd_per_cycle", "vpmaddwd ymm per cycle", MP_UOP + UOP_maddwd_y},
+        {"dot8_per_cycle", "8-bit dots of 32 (maddubs+madd+add)/cycle", MP_DOT8},
+        {"mixed_fma_per_cycle", "mixed 2 FMA : 1 dot: FMAs per cycle", MP_MIXED_FMA},
+        {"mixed_dot8_per_cycle", "mixed 2 FMA : 1 dot: dots per cycle", MP_MIXED_DOT8},
     };
     const int nf = (int)(sizeof f / sizeof f[0]);
-    stat3 st[sizeof f / sizeof f[0]];
-    for (int i = 0; i < nf; i++) {
+    stat3 st[MP_N];
+    for (int i = 0; i < MP_N; i++) {
         double v[64];
-        for (int r = 0; r < n; r++)
-            memcpy(&v[r], (const char *)&runs[r] + f[i].off, sizeof(double));
+        for (int r = 0; r < n; r++) v[r] = runs[r].v[i];
         st[i] = stats(v, n);
     }
     /* products per cycle: an FMA 8 float multiply-adds, a dot 32 byte products */
-    const double fma_p = 8 * st[1].median, dot_p = 32 * st[4].median,
-                 mix_p = 8 * st[5].median + 32 * st[6].median;
+    const double fma_p = 8 * st[MP_UOP + UOP_fma_y].median, dot_p = 32 * st[MP_DOT8].median,
+                 mix_p = 8 * st[MP_MIXED_FMA].median + 32 * st[MP_MIXED_DOT8].median;
     if (json) {
         printf("\"mul_probe\":{");
         for (int i = 0; i < nf; i++)
             printf("\"%s\":{\"median\":%.3f,\"lowest\":%.3f,\"highest\":%.3f},", f[i].key,
-                   st[i].median, st[i].lowest, st[i].highest);
-        printf("\"products_per_cycle\":{\"fma_f32\":%.2f,\"dot8\":%.2f,\"mixed\":%.2f}}", fma_p,
+                   st[f[i].at].median, st[f[i].at].lowest, st[f[i].at].highest);
+        printf("\"products_per_cycle\":{\"fma_f32\":%.2f,\"dot8\":%.2f,\"mixed\":%.2f},", fma_p,
                dot_p, mix_p);
+        printf("\"instructions_per_cycle\":{");
+        for (int i = 0; i < N_UOPS; i++) {
+            const stat3 *s = &st[MP_UOP + i];
+            printf("%s\"%s\":{\"median\":%.3f,\"lowest\":%.3f,\"highest\":%.3f}", i ? "," : "",
+                   uop_names[i], s->median, s->lowest, s->highest);
+        }
+        printf("}}");
         return;
     }
     printf("  multiply units, 1 thread, its CPU time (medians [lowest, highest]):\n");
     for (int i = 0; i < nf; i++)
-        printf("    %-44s %7.3f [%.3f, %.3f]\n", f[i].what, st[i].median, st[i].lowest,
-               st[i].highest);
+        printf("    %-44s %7.3f [%.3f, %.3f]\n", f[i].what, st[f[i].at].median, st[f[i].at].lowest,
+               st[f[i].at].highest);
     printf("    products per cycle: f32 FMA %.1f, 8-bit dot %.1f, mixed %.1f\n", fma_p, dot_p,
            mix_p);
+    printf("  instructions, 12 independent results each (a pair alternates its two):\n");
+    printf("    %-32s %9s %16s %12s\n", "instruction(s)", "per cycle", "[lowest, highest]",
+           "cycles each");
+    for (int i = 0; i < N_UOPS; i++) {
+        const stat3 *s = &st[MP_UOP + i];
+        printf("    %-32s %9.2f   [%5.2f, %5.2f] %12.2f\n", uop_names[i], s->median, s->lowest,
+               s->highest, s->median > 0 ? 1.0 / s->median : 0.0);
+    }
 }
 
 int main(int argc, char **argv)
@@ -434,7 +471,7 @@ int main(int argc, char **argv)
 #endif
     mul_probe mp[64];
     if (mul_only) {
-        for (int r = 0; r < repeats; r++) mp[r] = mul_probe_run();
+        for (int r = 0; r < repeats; r++) mp[r] = mul_probe_run(avx2);
         if (json) {
             printf("{\"repeats\":%d,\"cpu_features\":\"%s\",", repeats, features);
             mul_report(mp, repeats, 1);
@@ -465,7 +502,7 @@ int main(int argc, char **argv)
         fm[r] = avx2 ? fma_gflops(threads) : 0.0;
         sg[r] = sgemm_gflops(M, M, M, threads, a, b, c);
         sp[r] = sgemm_gflops(pm, pk, pk, 1, a, b, c);
-        mp[r] = mul_probe_run();
+        mp[r] = mul_probe_run(avx2);
     }
     stat3 srd = stats(rd, repeats), sfm = stats(fm, repeats), ssg = stats(sg, repeats),
           ssp = stats(sp, repeats);

@@ -605,11 +605,12 @@ SIMD static inline __attribute__((always_inline)) void unit_header(const int typ
  * folded into one int32 lane per block, then one float step per unit, the 8 blocks' scales
  * (the weight's times the activation's) in a vector; the offsets (Q4_0's -8 d, Q5_0's -16 d,
  * Q4_1's and Q5_1's m) meet the activations' sums per block in oacc, also once per unit.
- * On Zen 1 vpmaddubsw and vpmaddwd share one pipe, one 128-bit op a cycle (perf/uop_probe:
- * 0.5 of either in 256 bits a cycle, alone or mixed): the unsigned types widen with one madd
- * per two blocks instead of two, and the cvt, FMA and broadcast of each block's float step
- * become one of each per 8 blocks. R <= 2: the pairs in the outer loop, the weights unpacked in registers for the rows; more
- * rows: each row's pairs in turn over the unit unpacked once (the same sums and steps). */
+ * On Zen 1 vpmaddubsw and vpmaddwd share one pipe, one 128-bit op a cycle
+ * (perf/machine_probe --mul: 0.5 of either in 256 bits a cycle, alone or mixed): the unsigned
+ * types widen with one madd per two blocks instead of two, and the cvt, FMA and broadcast of
+ * each block's float step become one of each per 8 blocks. R <= 2: the pairs in the outer
+ * loop, the weights unpacked in registers for the rows; more rows: each row's pairs in turn
+ * over the unit unpacked once (the same sums and steps). */
 SIMD static inline __attribute__((always_inline)) void
 unit_pairs(const int type, const char *const row[4], int64_t b0, int64_t k, const xq8 *x,
            __m256 acc[4][Q8_GROUP_ROWS], __m256 oacc[4][Q8_GROUP_ROWS], const int R, const int NW,
