@@ -1336,6 +1336,38 @@ static const char *const spm_texts[] = {
     "Ünïcödé naïve café — “quotes” … ℝ∑∞",
     "<s>[INST] hi [/INST] hello </s><s>[INST] again [/INST]",
 };
+#define SPM_N_TEXTS (sizeof spm_texts / sizeof spm_texts[0])
+
+/* The tokenizer oracles' ids for spm_texts, one array per text: Hugging Face's encoder
+ * (@lenml's Llama 2) in *ref, llama.cpp's on the GGUF file gguf in *llama. Returns the
+ * oracle's answer that holds both (json_decref it). */
+static json_t *spm_oracle_ids(const char *gguf, json_t **ref, json_t **llama)
+{
+    json_t *texts = json_array();
+    for (size_t i = 0; i < SPM_N_TEXTS; i++)
+        json_array_append_new(texts, json_string(spm_texts[i]));
+    json_t *job = json_pack("{s:o, s:[{s:s, s:s}]}", "texts", texts, "models", "lenml", "llama2",
+                            "gguf", gguf);
+    json_t *out = node_oracle("tokenize.mjs", "job", job, "the tokenizer oracles");
+    *ref = json_object_get(json_array_get(out, 0), "ref");
+    *llama = json_object_get(json_array_get(out, 0), "llama");
+    return out;
+}
+
+/* ringlm's ids for spm_texts[i] on t equal want (a JSON array of ids from the oracle who). */
+static void spm_ids_equal(const tok_tokenizer *t, size_t i, json_t *want, const char *who)
+{
+    int32_t ids[512];
+    int n = tok_encode(t, spm_texts[i], false, false, ids, 512);
+    cr_assert_geq(n, 0, "%s", spm_texts[i]);
+    bool same = (int)json_array_size(want) == n;
+    for (int k = 0; same && k < n; k++)
+        same = json_integer_value(json_array_get(want, (size_t)k)) == ids[k];
+    char *js = json_dumps(want, JSON_COMPACT);
+    cr_assert(same, "text %zu \"%s\": ringlm %d ids (first %d), %s %s", i, spm_texts[i], n,
+              n ? ids[0] : -1, who, js);
+    free(js);
+}
 
 /* Case hc exported to a (a GGUF file) and as a Hugging Face checkpoint whose vocabulary is
  * Llama 2's as a tokenizer.model (with or without the dummy prefix) and no tokenizer.json,
@@ -1404,30 +1436,13 @@ Test(hf_import, sentencepiece_model_equals_lenml_and_llama_cpp, .timeout = 400)
     gguf_close(g);
 
     /* ids: ringlm's on the imported file, Hugging Face's encoder's, llama.cpp's */
-    const size_t nt = sizeof spm_texts / sizeof spm_texts[0];
-    json_t *texts = json_array();
-    for (size_t i = 0; i < nt; i++) json_array_append_new(texts, json_string(spm_texts[i]));
-    json_t *job =
-        json_pack("{s:o, s:[{s:s, s:s}]}", "texts", texts, "models", "lenml", "llama2", "gguf", b);
-    json_t *out = node_oracle("tokenize.mjs", "job", job, "the tokenizer oracles");
-    json_t *ref = json_object_get(json_array_get(out, 0), "ref");
-    json_t *lc = json_object_get(json_array_get(out, 0), "llama");
+    const size_t nt = SPM_N_TEXTS;
+    json_t *ref, *lc, *out = spm_oracle_ids(b, &ref, &lc);
     tok_tokenizer *t;
     cr_assert_eq(tok_load_gguf(b, 0, &t), 0, "%s", tok_errmsg());
-    int32_t ids[512];
     for (size_t i = 0; i < nt; i++) {
-        int n = tok_encode(t, spm_texts[i], false, false, ids, 512);
-        cr_assert_geq(n, 0, "%s", spm_texts[i]);
-        json_t *want[2] = {json_array_get(ref, i), json_array_get(lc, i)};
-        for (int o = 0; o < 2; o++) {
-            bool same = (int)json_array_size(want[o]) == n;
-            for (int k = 0; same && k < n; k++)
-                same = json_integer_value(json_array_get(want[o], (size_t)k)) == ids[k];
-            char *js = json_dumps(want[o], JSON_COMPACT);
-            cr_assert(same, "text %zu \"%s\": ringlm %d ids (first %d), %s %s", i, spm_texts[i], n,
-                      n ? ids[0] : -1, o ? "llama.cpp" : "Hugging Face (@lenml)", js);
-            free(js);
-        }
+        spm_ids_equal(t, i, json_array_get(ref, i), "Hugging Face (@lenml)");
+        spm_ids_equal(t, i, json_array_get(lc, i), "llama.cpp");
     }
     cr_log_info("%zu texts: ringlm's ids on the imported tokenizer.model equal @lenml's and "
                 "llama.cpp's",
@@ -1451,29 +1466,13 @@ Test(hf_import, sentencepiece_model_without_dummy_prefix_encodes_as_llama_cpp, .
               !meta_bool(g, "tokenizer.ggml.add_space_prefix", true));
     gguf_close(g);
 
-    const size_t nt = sizeof spm_texts / sizeof spm_texts[0];
-    json_t *texts = json_array();
-    for (size_t i = 0; i < nt; i++) json_array_append_new(texts, json_string(spm_texts[i]));
-    json_t *job =
-        json_pack("{s:o, s:[{s:s, s:s}]}", "texts", texts, "models", "lenml", "llama2", "gguf", b);
-    json_t *out = node_oracle("tokenize.mjs", "job", job, "the tokenizer oracles");
-    json_t *lc = json_object_get(json_array_get(out, 0), "llama");
+    const size_t nt = SPM_N_TEXTS;
+    json_t *ref, *lc, *out = spm_oracle_ids(b, &ref, &lc);
     cr_assert(json_is_array(lc) && json_array_size(lc) == nt, "llama.cpp's ids");
     tok_tokenizer *t;
     cr_assert_eq(tok_load_gguf(b, 0, &t), 0, "%s", tok_errmsg());
+    for (size_t i = 0; i < nt; i++) spm_ids_equal(t, i, json_array_get(lc, i), "llama.cpp");
     int32_t ids[512];
-    for (size_t i = 0; i < nt; i++) {
-        int n = tok_encode(t, spm_texts[i], false, false, ids, 512);
-        cr_assert_geq(n, 0, "%s", spm_texts[i]);
-        json_t *want = json_array_get(lc, i);
-        bool same = (int)json_array_size(want) == n;
-        for (int k = 0; same && k < n; k++)
-            same = json_integer_value(json_array_get(want, (size_t)k)) == ids[k];
-        char *js = json_dumps(want, JSON_COMPACT);
-        cr_assert(same, "text %zu \"%s\": ringlm %d ids (first %d), llama.cpp %s", i, spm_texts[i],
-                  n, n ? ids[0] : -1, js);
-        free(js);
-    }
     /* decoded after BOS, the ids give the text back, its leading space included */
     for (size_t i = 0; i + 1 < nt; i++) {
         int n = tok_encode(t, spm_texts[i], false, false, ids, 512);
