@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* llama.cpp's file types (llama_ftype) this writes. */
 enum {
@@ -36,6 +37,7 @@ enum {
     FT_Q5_K_S = 16,
     FT_Q5_K_M = 17,
     FT_Q6_K = 18,
+    FT_Q2_K_S = 21,
     FT_IQ4_NL = 25,
     FT_IQ4_XS = 30,
     FT_BF16 = 32
@@ -51,13 +53,29 @@ static const struct mix {
     {"Q4_0", FT_Q4_0, Q_Q4_0, false},       {"Q4_1", FT_Q4_1, Q_Q4_1, false},
     {"Q5_0", FT_Q5_0, Q_Q5_0, false},       {"Q5_1", FT_Q5_1, Q_Q5_1, false},
     {"IQ4_NL", FT_IQ4_NL, Q_IQ4_NL, false}, {"IQ4_XS", FT_IQ4_XS, Q_IQ4_XS, false},
-    {"Q2_K", FT_Q2_K, Q_Q2_K, false},       {"Q3_K_S", FT_Q3_K_S, Q_Q3_K, false},
-    {"Q3_K_M", FT_Q3_K_M, Q_Q3_K, false},   {"Q3_K_L", FT_Q3_K_L, Q_Q3_K, false},
-    {"Q4_K_S", FT_Q4_K_S, Q_Q4_K, false},   {"Q4_K_M", FT_Q4_K_M, Q_Q4_K, false},
-    {"Q5_K_S", FT_Q5_K_S, Q_Q5_K, false},   {"Q5_K_M", FT_Q5_K_M, Q_Q5_K, false},
-    {"Q6_K", FT_Q6_K, Q_Q6_K, false},       {"Q3_K", FT_Q3_K_M, Q_Q3_K, true},
-    {"Q4_K", FT_Q4_K_M, Q_Q4_K, true},      {"Q5_K", FT_Q5_K_M, Q_Q5_K, true},
+    {"Q2_K", FT_Q2_K, Q_Q2_K, false},       {"Q2_K_S", FT_Q2_K_S, Q_Q2_K, false},
+    {"Q3_K_S", FT_Q3_K_S, Q_Q3_K, false},   {"Q3_K_M", FT_Q3_K_M, Q_Q3_K, false},
+    {"Q3_K_L", FT_Q3_K_L, Q_Q3_K, false},   {"Q4_K_S", FT_Q4_K_S, Q_Q4_K, false},
+    {"Q4_K_M", FT_Q4_K_M, Q_Q4_K, false},   {"Q5_K_S", FT_Q5_K_S, Q_Q5_K, false},
+    {"Q5_K_M", FT_Q5_K_M, Q_Q5_K, false},   {"Q6_K", FT_Q6_K, Q_Q6_K, false},
+    {"Q3_K", FT_Q3_K_M, Q_Q3_K, true},      {"Q4_K", FT_Q4_K_M, Q_Q4_K, true},
+    {"Q5_K", FT_Q5_K_M, Q_Q5_K, true},
 };
+
+#define MIX_NAMES                                                                                  \
+    "F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL IQ4_XS Q2_K Q2_K_S (with --imatrix) Q3_K_S "     \
+    "Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K, or Q3_K Q4_K Q5_K for every matrix"
+
+/* llama-quantize's other mixes of the types ringlm reads and writes: those with the 1- to
+ * 3-bit lattice types (IQ1_S, IQ2_XXS, IQ3_S, ...) */
+static bool unbuilt_mix(const char *name)
+{
+    static const char *const names[] = {"IQ1_S", "IQ1_M",   "IQ2_XXS", "IQ2_XS", "IQ2_S",
+                                        "IQ2_M", "IQ3_XXS", "IQ3_XS",  "IQ3_S",  "IQ3_M"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcasecmp(names[i], name) == 0) return true;
+    return false;
+}
 
 static const struct mix *mix_find(const char *name)
 {
@@ -108,6 +126,8 @@ static int mix_rule(const struct mix *mx, const gw_mix_model *m, enum cat c, lon
         const int i = index, nv = m->n_attn_v;
         if (ft == FT_Q2_K)
             t = m->n_gqa >= 4 ? Q_Q4_K : Q_Q3_K;
+        else if (ft == FT_Q2_K_S && m->n_gqa >= 4)
+            t = Q_Q4_K;
         else if (ft == FT_Q3_K_M)
             t = i < 2 ? Q_Q5_K : Q_Q4_K;
         else if (ft == FT_Q3_K_L)
@@ -118,6 +138,8 @@ static int mix_rule(const struct mix *mx, const gw_mix_model *m, enum cat c, lon
             t = Q_Q6_K;
         else if (ft == FT_Q4_K_S && i < 4)
             t = Q_Q5_K;
+        /* a 70B model's attn_v is 8x smaller than attn_q: more bits cost little */
+        if (m->is_70b && (t == Q_Q3_K || t == Q_Q4_K)) t = Q_Q5_K;
         if (m->n_experts == 8) t = Q_Q8_0;
         return t;
     }
@@ -126,7 +148,9 @@ static int mix_rule(const struct mix *mx, const gw_mix_model *m, enum cat c, lon
         const int i = index;
         if (ft == FT_Q2_K)
             t = Q_Q3_K;
-        else if (ft == FT_Q3_K_M)
+        else if (ft == FT_Q2_K_S) {
+            if (i < n / 8) t = Q_Q4_K;
+        } else if (ft == FT_Q3_K_M)
             t = i < n / 16 ? Q_Q5_K : Q_Q4_K;
         else if (ft == FT_Q3_K_L)
             t = Q_Q5_K;
@@ -156,6 +180,16 @@ static int mix_rule(const struct mix *mx, const gw_mix_model *m, enum cat c, lon
         return t;
     }
     return t;
+}
+
+/* llama.cpp's model type LLM_TYPE_70B, the one its mixes key on: a llama file of 80 layers
+ * with grouped-query attention (80 layers and one KV head per query head are 65B; 8 experts
+ * are a mixture, 8x7B or 8x22B), a qwen2 file of 80 layers. */
+static bool is_70b(const char *arch, int n_layers, int heads, int kv_heads, int n_experts)
+{
+    if (n_layers != 80) return false;
+    if (strcmp(arch, "llama") == 0) return n_experts != 8 && heads != kv_heads;
+    return strcmp(arch, "qwen2") == 0;
 }
 
 /* llama.cpp's tensor_type_fallback: a type whose blocks fit rows of ne0. */
@@ -193,6 +227,14 @@ int gw_mix_type(const char *mix, const gw_mix_model *m, const char *name, int n_
     if (!is_quantized(t)) return t;
     if (!mx->pure) t = mix_rule(mx, m, category(name), ne0, index, t);
     return fallback(t, ne0);
+}
+
+/* llama.cpp's tensor_requires_imatrix for the mixes here: Q2_K_S's Q2_K matrices but the
+ * embedding and the classifier (llama.cpp refuses to write them without one). */
+static bool needs_imatrix(const struct mix *mx, const char *name, int type)
+{
+    return mx->ftype == FT_Q2_K_S && type == Q_Q2_K && strcmp(name, "token_embd.weight") != 0 &&
+           strcmp(name, "output.weight") != 0;
 }
 
 /* ---- the file ----------------------------------------------------------------------- */
@@ -303,11 +345,11 @@ int gw_requantize_imatrix(const char *in_path, const char *out_path, const char 
     note[0] = '\0';
     const struct mix *mx = mix_find(mix);
     if (!mx)
-        return eng_seterr(-EINVAL,
-                          "--type %s: not a re-quantization mix (F32 F16 BF16 Q8_0 Q4_0 Q4_1 "
-                          "Q5_0 Q5_1 IQ4_NL IQ4_XS Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M "
-                          "Q5_K_S Q5_K_M Q6_K, or Q3_K Q4_K Q5_K for every matrix)",
-                          mix);
+        return eng_seterr(-EINVAL, "--type %s: %s (the mixes: " MIX_NAMES ")", mix,
+                          unbuilt_mix(mix) ? "llama.cpp's IQ1, IQ2 and IQ3 mixes are not "
+                                             "built here: ringlm neither writes nor "
+                                             "reads their lattice types"
+                                           : "not a re-quantization mix");
     gguf_file *g;
     imx *im = NULL;
     int err = gguf_open(in_path, &g);
@@ -342,7 +384,8 @@ int gw_requantize_imatrix(const char *in_path, const char *out_path, const char 
         gguf_close(g);
         return err;
     }
-    m.n_gqa = kv_heads > 0 ? heads / kv_heads : 1;
+    m.n_gqa = kv_heads > 0 ? heads / kv_heads : 0;
+    m.is_70b = is_70b(arch, m.n_layers, heads, kv_heads, m.n_experts);
     const int nt = gguf_n_tensors(g);
     const gguf_tensor **order = malloc((size_t)(nt ? nt : 1) * sizeof *order);
     gguf_writer *w = gw_new();
@@ -394,6 +437,13 @@ int gw_requantize_imatrix(const char *in_path, const char *out_path, const char 
         void *data = NULL;
         size_t bytes = 0;
         const imx_entry *e = im && (int)t->type != type ? imx_find(im, t->name) : NULL;
+        if ((int)t->type != type && !e && needs_imatrix(mx, t->name, type)) {
+            err = eng_seterr(-EINVAL,
+                             "--type %s: tensor %s: its Q2_K needs an importance matrix "
+                             "(--imatrix FILE with an entry for it), as llama-quantize's does",
+                             mix, t->name);
+            break;
+        }
         if ((err = convert(t, type, e, &data, &bytes))) break;
         gw_tensor(w, t->name, (int)t->n_dims, t->ne, type, data, bytes);
         if (type >= 0 && type < 64) n_type[type]++;

@@ -6,7 +6,7 @@
  * src/llama-quant.cpp) chooses for it under the named mix.
  *
  * Mixes, as llama.cpp names its file types: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL
- * IQ4_XS Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K; and Q3_K, Q4_K, Q5_K
+ * IQ4_XS Q2_K Q2_K_S Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K; and Q3_K, Q4_K, Q5_K
  * (every matrix in that type, as llama-quantize --pure). Per tensor, as llama.cpp: vectors,
  * norms and the MoE router stay as they are; output.weight (or token_embd.weight where the
  * classifier is tied to it) Q6_K unless the mix is Q8_0; attn_v (attn_qkv) and ffn_down take
@@ -15,7 +15,12 @@
  * that are not whole blocks fall back (Q2_K/Q3_K to Q4_0, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K
  * to Q8_0, IQ4_XS to IQ4_NL, then F16). With an importance matrix, as llama.cpp: the first
  * eighth of ffn_down stays IQ4_NL/IQ4_XS under those mixes, and is Q4_1/Q5_1 under Q4_0/Q5_0.
- * Not followed: its 70B-specific rule and the IQ1/IQ2/IQ3 mixes (not readable here).
+ * Rules keyed on the model's shape, as llama.cpp's: 4 or more query heads per KV head give
+ * attn_v Q4_K under Q2_K and Q2_K_S, Q5_K under IQ4_NL and IQ4_XS; a model llama.cpp types
+ * 70B (llama with grouped-query attention, or qwen2, of 80 layers) takes Q5_K for an attn_v
+ * that would be Q3_K or Q4_K. Q2_K_S needs an importance matrix for its Q2_K matrices, as
+ * llama.cpp's. The IQ1/IQ2/IQ3 mixes are refused by name (their lattice types are neither
+ * written nor read here).
  */
 #ifndef RINGLM_KERNELS_GGUF_REQUANT_H
 #define RINGLM_KERNELS_GGUF_REQUANT_H
@@ -30,6 +35,7 @@ typedef struct gw_mix_model {
     int n_attn_v; /* attn_v / attn_qkv tensors in the file */
     int tied;
     int has_imatrix; /* quantized under an importance matrix (some rules differ) */
+    int is_70b;      /* llama.cpp's 70B model type: attn_v in Q3_K or Q4_K becomes Q5_K */
 } gw_mix_model;
 /* `index`: the tensor's rank among the file's attn_v-like (or ffn_down) tensors in llama.cpp's
  * order (by layer, then name); in_type: its type in the input; n_dims, ne0 its shape. */

@@ -47,9 +47,8 @@ static const char usage[] =
     "                      --out OUT.gguf\n"
     "       ringlm-mkmodel --version | --help\n"
     "  SPEC: synthetic:PRESET:SEED (presets: stories15M stories110M llama3-8b gqa-test\n"
-    "        stories260K quant-test quant-gqa vocab-llama3 vocab-qwen3 vocab-llama2) or a\n"
-    "        llama2.c "
-    "checkpoint\n"
+    "        stories260K quant-test quant-gqa quant-70b vocab-llama3 vocab-qwen3\n"
+    "        vocab-llama2) or a llama2.c checkpoint\n"
     "  --vocab: a Hugging Face tokenizer.json (byte-level BPE of Llama 3 or Qwen2, or\n"
     "        SentencePiece-like BPE of Llama 2); the model's vocabulary must hold it\n"
     "  --head-dim N: attention heads of N elements (synthetic models: Q/K/V/O generated\n"
@@ -59,8 +58,9 @@ static const char usage[] =
     "        weights-only work (benchmarks, engine comparisons) where no text is encoded\n"
     "  --format gguf needs one of --tokenizer, --vocab and --placeholder-vocab\n"
     "  IN.gguf re-quantized under llama.cpp's mix MIX: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0\n"
-    "        Q5_1 IQ4_NL IQ4_XS Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K,\n"
-    "        or Q3_K Q4_K Q5_K (every matrix in that type)\n"
+    "        Q5_1 IQ4_NL IQ4_XS Q2_K Q2_K_S (needs --imatrix) Q3_K_S Q3_K_M Q3_K_L Q4_K_S\n"
+    "        Q4_K_M Q5_K_S Q5_K_M Q6_K, or Q3_K Q4_K Q5_K (every matrix in that type); not\n"
+    "        the IQ1/IQ2/IQ3 mixes\n"
     "  --imatrix FILE: llama-imatrix's importance matrix (GGUF or legacy .dat), as\n"
     "        llama-quantize --imatrix reads it\n";
 

@@ -73,6 +73,9 @@ static const struct preset {
     /* the same rows, 16 layers, 4 query heads per KV head: the layer- and GQA-dependent rules
      * of llama.cpp's quantization mixes */
     {"quant-gqa", {256, 256, 16, 8, 2, 512, 256, false}},
+    /* the same rows, 80 layers, 8 query heads per KV head: the shape llama.cpp's mixes treat
+     * as a 70B model */
+    {"quant-70b", {256, 256, 80, 8, 1, 512, 256, false}},
     /* tiny bodies for real vocabularies (ringlm-mkmodel --vocab): Llama 3's 128256 tokens,
      * Qwen3's tokenizer.json's 151669, Llama 2's 32000 */
     {"vocab-llama3", {64, 128, 2, 4, 2, 128256, 256, true}},
@@ -90,7 +93,8 @@ int eng_preset(const char *name, eng_model_config *out)
     }
     return eng_seterr(-ENOENT,
                       "unknown preset \"%s\" (stories15M, stories110M, llama3-8b, "
-                      "gqa-test, stories260K, quant-test, quant-gqa, vocab-llama3, vocab-qwen3, "
+                      "gqa-test, stories260K, quant-test, quant-gqa, quant-70b, vocab-llama3, "
+                      "vocab-qwen3, "
                       "vocab-llama2)",
                       name);
 }

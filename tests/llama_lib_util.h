@@ -132,6 +132,8 @@ static const struct {
 /* llama.cpp's file type for mix (-1: none). */
 static inline int llq_ftype(const char *mix)
 {
+    /* Q2_K_S needs an importance matrix (llq_mixes' runs have none) */
+    if (strcmp(mix, "Q2_K_S") == 0) return 21;
     for (size_t i = 0; i < sizeof llq_mixes / sizeof llq_mixes[0]; i++)
         if (strcmp(llq_mixes[i].mix, mix) == 0) return llq_mixes[i].ftype;
     return -1;

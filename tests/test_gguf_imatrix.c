@@ -299,9 +299,10 @@ Test(gguf_imatrix, imatrix_mixes_on_sixteen_layers_equal_llama_quantize, .timeou
                   {"IQ4_XS", Q_IQ4_XS, Q_Q5_K},
                   {"Q4_0", Q_Q4_1, Q_Q4_0},
                   {"Q5_0", Q_Q5_1, Q_Q5_0}};
-    /* those four, and the mixes whose layer-dependent rules need 16 layers */
-    static const char *const mixes[] = {"IQ4_NL", "IQ4_XS", "Q4_0",  "Q5_0",
-                                        "Q2_K",   "Q3_K_M", "Q4_K_M"};
+    /* those four, and the mixes whose layer-dependent rules need 16 layers (Q2_K_S: attn_v
+     * Q4_K with 4 query heads per KV head, the first eighth of ffn_down Q4_K) */
+    static const char *const mixes[] = {"IQ4_NL", "IQ4_XS", "Q4_0",   "Q5_0",
+                                        "Q2_K",   "Q3_K_M", "Q4_K_M", "Q2_K_S"};
     int compared = 0;
     for (size_t x = 0; x < sizeof mixes / sizeof mixes[0]; x++) {
         const char *mix = mixes[x];
@@ -330,6 +331,56 @@ Test(gguf_imatrix, imatrix_mixes_on_sixteen_layers_equal_llama_quantize, .timeou
         }
     }
     cr_log_info("--imatrix on 16 layers: %d tensors typed and written as llama.cpp's", compared);
+    imx_case_free(&c);
+    dlclose(q.lib);
+}
+
+/* Q2_K_S without an importance matrix, or with one that leaves out a matrix the mix writes
+ * in Q2_K, is refused naming the tensor and nothing is written, as llama.cpp's quantizer
+ * refuses both; the embedding, which no imatrix covers, needs none. */
+Test(gguf_imatrix, q2_k_s_needs_an_imatrix_as_llama_quantize_does)
+{
+    char note[4096];
+    llq q;
+    llq_open(&q);
+    static imx_case c;
+    imx_files p;
+    imx_files_make(&p, "synthetic:quant-test:17", &c);
+    llq_params lp = q.defaults();
+    lp.ftype = llq_ftype("Q2_K_S");
+    lp.nthread = 1;
+    cr_assert_neq(q.quantize(p.f32, p.theirs, &lp), 0, "llama.cpp refuses Q2_K_S without one");
+    cr_assert_lt(gw_requantize(p.f32, p.ours, "Q2_K_S", note, sizeof note), 0);
+    cr_assert(strstr(eng_errmsg(), "--type Q2_K_S: tensor blk.0.attn_k.weight: its Q2_K needs "
+                                   "an importance matrix"),
+              "%s", eng_errmsg());
+    cr_assert_neq(access(p.ours, F_OK), 0, "nothing written");
+
+    /* an imatrix without blk.1.ffn_up.weight */
+    int drop = -1;
+    for (int i = 0; i < c.n; i++)
+        if (strcmp(c.name[i], "blk.1.ffn_up.weight") == 0) drop = i;
+    cr_assert_geq(drop, 0);
+    if (drop != c.n - 1) { /* the last entry takes its place */
+        memcpy(c.name[drop], c.name[c.n - 1], sizeof c.name[drop]);
+        c.ne0[drop] = c.ne0[c.n - 1];
+        float *sums = c.sums[drop];
+        c.sums[drop] = c.sums[c.n - 1];
+        c.sums[c.n - 1] = sums;
+    }
+    c.n--;
+    write_imatrix_gguf(p.gg, &c, true);
+    llq_imatrix_data *im = calloc((size_t)c.n + 1, sizeof *im);
+    for (int i = 0; i < c.n; i++)
+        im[i] = (llq_imatrix_data){c.name[i], c.sums[i], (size_t)c.ne0[i]};
+    lp.imatrix = im;
+    cr_assert_neq(q.quantize(p.f32, p.theirs, &lp), 0, "llama.cpp refuses the missing entry");
+    free(im);
+    cr_assert_lt(gw_requantize_imatrix(p.f32, p.ours, "Q2_K_S", p.gg, note, sizeof note), 0);
+    cr_assert(strstr(eng_errmsg(), "tensor blk.1.ffn_up.weight: its Q2_K needs"), "%s",
+              eng_errmsg());
+    cr_assert_neq(access(p.ours, F_OK), 0, "nothing written");
+    c.n++;
     imx_case_free(&c);
     dlclose(q.lib);
 }

@@ -22,6 +22,7 @@
 #include "model/gguf.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <jansson.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -803,6 +804,72 @@ Test(gguf_oracle, requantized_types_equal_llama_quantize, .init = mk_tmpdir, .fi
     cr_log_info("re-quantizer: %d tensors typed and written as llama.cpp's quantizer writes them",
                 compared);
     dlclose(q.lib);
+}
+
+/* The rules llama.cpp keys on a 70B model (a llama file of 80 layers with grouped-query
+ * attention, a qwen2 file of 80 layers): attn_v that a mix puts in Q3_K or Q4_K is Q5_K, on
+ * top of the 4-query-heads-per-KV-head rules (attn_v Q4_K under Q2_K, Q5_K under IQ4_XS).
+ * quant-70b (80 layers of 256-wide rows, 8 query heads per KV head) re-quantized by both
+ * quantizers: the same types and bytes; and the rule shows in the types. */
+Test(gguf_oracle, requantized_70b_shapes_equal_llama_quantize, .init = mk_tmpdir, .fini = rm_tmpdir,
+     .timeout = 600)
+{
+    llq q;
+    llq_open(&q);
+    static const struct {
+        const char *arch, *mix;
+        int attn_v; /* blk.40.attn_v.weight's type */
+    } cases[] = {
+        {"llama", "Q2_K", Q_Q5_K},   {"llama", "Q3_K_S", Q_Q5_K}, {"llama", "Q4_K_M", Q_Q5_K},
+        {"llama", "IQ4_XS", Q_Q5_K}, {"qwen2", "Q3_K_M", Q_Q5_K},
+    };
+    char f32[512], theirs[512], ours[512], note[4096];
+    snprintf(theirs, sizeof theirs, "%s/theirs.gguf", tmpdir);
+    snprintf(ours, sizeof ours, "%s/ours.gguf", tmpdir);
+    const char *made = "";
+    int compared = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(f32, sizeof f32, "%s/70b-%s-f32.gguf", tmpdir, cases[i].arch);
+        if (strcmp(made, cases[i].arch) != 0) {
+            export_gguf("synthetic:quant-70b:23", NULL, "F32", cases[i].arch, f32);
+            made = cases[i].arch;
+        }
+        llq_run(&q, f32, theirs, llq_ftype(cases[i].mix), NULL);
+        cr_assert_eq(gw_requantize(f32, ours, cases[i].mix, note, sizeof note), 0, "%s",
+                     eng_errmsg());
+        char what[96];
+        snprintf(what, sizeof what, "quant-70b %s %s", cases[i].arch, cases[i].mix);
+        compared += llq_assert_same_tensors(what, theirs, ours);
+        gguf_file *g;
+        cr_assert_eq(gguf_open(ours, &g), 0, "%s", gguf_errmsg());
+        const gguf_tensor *t = gguf_tensor_find(g, "blk.40.attn_v.weight");
+        cr_assert(t && (int)t->type == cases[i].attn_v, "%s: blk.40.attn_v.weight is %s", what,
+                  t ? gguf_type_name(t->type) : "absent");
+        gguf_close(g);
+    }
+    cr_log_info("re-quantizer, 70B shape: %d tensors typed and written as llama.cpp's", compared);
+    dlclose(q.lib);
+}
+
+/* llama.cpp's IQ1/IQ2/IQ3 mixes are refused naming what is built, nothing written. */
+Test(gguf_oracle, iq1_iq2_iq3_mixes_are_refused_by_name, .init = mk_tmpdir, .fini = rm_tmpdir)
+{
+    char f32[512], out[512], note[4096];
+    snprintf(f32, sizeof f32, "%s/f32.gguf", tmpdir);
+    snprintf(out, sizeof out, "%s/out.gguf", tmpdir);
+    export_gguf("synthetic:quant-test:17", NULL, "F32", "llama", f32);
+    static const char *const iq[] = {"IQ1_S", "IQ1_M",   "IQ2_XXS", "IQ2_XS", "IQ2_S",
+                                     "IQ2_M", "IQ3_XXS", "IQ3_XS",  "IQ3_S",  "IQ3_M"};
+    for (size_t i = 0; i < sizeof iq / sizeof iq[0]; i++) {
+        cr_assert_eq(gw_requantize(f32, out, iq[i], note, sizeof note), -EINVAL, "%s", iq[i]);
+        cr_assert(strstr(eng_errmsg(), "IQ1, IQ2 and IQ3 mixes are not built here") &&
+                      strstr(eng_errmsg(), "Q4_K_M") && strstr(eng_errmsg(), "IQ4_XS"),
+                  "%s: %s", iq[i], eng_errmsg());
+        cr_assert_neq(access(out, F_OK), 0, "%s: nothing written", iq[i]);
+    }
+    cr_assert_eq(gw_requantize(f32, out, "Q7_K", note, sizeof note), -EINVAL);
+    cr_assert(strstr(eng_errmsg(), "--type Q7_K: not a re-quantization mix (the mixes: F32"), "%s",
+              eng_errmsg());
 }
 
 /* The files of both quantizers, each mix, in both engines: llama.cpp's quantizer's output
