@@ -219,8 +219,8 @@ int main(int argc, char **argv)
     size_t bound = tok_encode_bound(prompt);
     prompt_tokens = malloc(bound * sizeof *prompt_tokens);
     if (!prompt_tokens) goto oom;
-    int n_prompt =
-        tok_encode(tok, prompt, tok_add_bos(tok) || !*prompt, false, prompt_tokens, (int)bound);
+    int n_prompt = tok_encode(tok, prompt, tok_add_bos(tok) || !*prompt, tok_add_eos(tok),
+                              prompt_tokens, (int)bound);
     if (n_prompt < 1) {
         fprintf(stderr, "ringlm-run: prompt: %s\n", tok_errmsg());
         goto out;

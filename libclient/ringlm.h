@@ -625,8 +625,13 @@ int32_t ringlm_tokenizer_eot(const ringlm_tokenizer *tok);
 int ringlm_tokenizer_context_length(const ringlm_tokenizer *tok);
 
 /* Flags of ringlm_tokenize. */
-#define RINGLM_TOKENIZE_BOS 1u /* start with the BOS id (when the vocabulary has one) */
-#define RINGLM_TOKENIZE_EOS 2u /* end with the EOS id (when the vocabulary has one) */
+#define RINGLM_TOKENIZE_BOS     1u /* start with the BOS id (when the vocabulary has one) */
+#define RINGLM_TOKENIZE_EOS     2u /* end with the EOS id (when the vocabulary has one) */
+/* BOS and EOS where the vocabulary's file asks for them, as llama.cpp's add_special adds
+ * them: tokenizer.ggml.add_bos_token and add_eos_token; where a GGUF file says nothing, BOS
+ * for SentencePiece and Llama 3's pre-tokenizer (when it names a BOS), EOS never; a llama2.c
+ * tokenizer: BOS. With RINGLM_TOKENIZE_BOS or _EOS, that one is added either way. */
+#define RINGLM_TOKENIZE_SPECIAL 4u
 
 /* Enough room for the ids of any encoding of text: 3 * strlen(text) + 3 (BOS, the dummy
  * prefix and EOS; an invalid byte can become the 3 bytes of U+FFFD in BPE). NULL gives 3. */
@@ -634,7 +639,7 @@ size_t ringlm_tokenize_bound(const char *text);
 
 /*
  * Encodes the NUL-terminated UTF-8 text (any bytes are accepted) into ids[0 .. max_ids).
- * flags: RINGLM_TOKENIZE_BOS and/or RINGLM_TOKENIZE_EOS, or 0.
+ * flags: RINGLM_TOKENIZE_BOS, RINGLM_TOKENIZE_EOS, RINGLM_TOKENIZE_SPECIAL, or 0.
  * Returns the number of ids written (0 for "" without flags), or:
  *   -EINVAL   tok or text NULL, ids NULL while max_ids > 0, unknown flags, or a byte that
  *             has no token (a SentencePiece vocabulary without byte fallback or unknown

@@ -91,15 +91,18 @@ int ringlm_tokenize(const ringlm_tokenizer *tok, const char *text, unsigned flag
     NEED_TOK(tok);
     if (!text) return client_seterr(-EINVAL, "ringlm_tokenize: text is NULL");
     if (!ids && max_ids) return client_seterr(-EINVAL, "ringlm_tokenize: ids is NULL");
-    if (flags & ~(RINGLM_TOKENIZE_BOS | RINGLM_TOKENIZE_EOS))
+    if (flags & ~(RINGLM_TOKENIZE_BOS | RINGLM_TOKENIZE_EOS | RINGLM_TOKENIZE_SPECIAL))
         return client_seterr(-EINVAL, "ringlm_tokenize: unknown flags 0x%x", flags);
     size_t len = strlen(text);
     if (len > ((size_t)INT_MAX - 3) / 3)
         return client_seterr(-E2BIG, "ringlm_tokenize: %zu bytes of text: at most %d", len,
                              (INT_MAX - 3) / 3);
     int32_t none;
-    int n = tok_encode(tok->t, text, flags & RINGLM_TOKENIZE_BOS, flags & RINGLM_TOKENIZE_EOS,
-                       ids ? ids : &none, max_ids > INT_MAX ? INT_MAX : (int)max_ids);
+    const bool special = flags & RINGLM_TOKENIZE_SPECIAL;
+    const bool bos = (flags & RINGLM_TOKENIZE_BOS) || (special && tok_add_bos(tok->t));
+    const bool eos = (flags & RINGLM_TOKENIZE_EOS) || (special && tok_add_eos(tok->t));
+    int n = tok_encode(tok->t, text, bos, eos, ids ? ids : &none,
+                       max_ids > INT_MAX ? INT_MAX : (int)max_ids);
     return n < 0 ? client_seterr(n, "%s", tok_errmsg()) : n;
 }
 

@@ -32,7 +32,7 @@ struct tok_tokenizer {
     const char **shown_after_bos; /* [vocab] the same after BOS (leading space stripped) */
     char byte_str[256][2];        /* the raw byte b as a 1-char string */
     int32_t bos, eos;             /* 1 and 2 in llama2.c; from the file in GGUF */
-    bool add_bos;
+    bool add_bos, add_eos;
     bool no_space_prefix; /* GGUF tokenizer.ggml.add_space_prefix false (Gemma): SentencePiece
                              adds no dummy prefix, and decode keeps a leading space after BOS */
     int32_t byte_id[256]; /* "<0xNN>" token of each byte, -1 when absent */

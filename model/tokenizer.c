@@ -574,7 +574,7 @@ int tok_encode(const tok_tokenizer *t, const char *text, bool bos, bool eos, int
         i += sl;
         frag = i;
     }
-    if (eos && (err = tok_vec_push(&v, t->eos))) goto out;
+    if (eos && t->eos >= 0 && (err = tok_vec_push(&v, t->eos))) goto out;
     if (v.n > (size_t)max) {
         err = tok_seterr(-ENOSPC, "text encodes to %zu tokens, the buffer holds %d", v.n, max);
         goto out;
@@ -632,6 +632,11 @@ bool tok_add_bos(const tok_tokenizer *t)
     return t->add_bos;
 }
 
+bool tok_add_eos(const tok_tokenizer *t)
+{
+    return t->add_eos;
+}
+
 /* ---- GGUF vocabularies ------------------------------------------------------------- */
 
 /* llama.cpp's token types */
@@ -662,12 +667,39 @@ static int cmp_len_desc(const void *a, const void *b, void *ctx)
     return (ia > ib) - (ia < ib);
 }
 
+/* tokenizer.ggml.add_<what>_token into *v, which holds the default for a file without the
+ * key (kept only where the file names the token, id >= 0); true without the token is refused. */
+static int gguf_add_flag(const gguf_file *g, const char *what, int32_t id, bool *v)
+{
+    char key[64];
+    snprintf(key, sizeof key, "tokenizer.ggml.add_%s_token", what);
+    int err = gguf_get_bool(g, key, v);
+    if (err == -ENOENT) {
+        *v = *v && id >= 0;
+        return 0;
+    }
+    if (err) return tok_seterr(err, "%s", gguf_errmsg());
+    if (*v && id < 0)
+        return tok_seterr(-EINVAL, "%s is true but the file names no tokenizer.ggml.%s_token_id",
+                          key, what);
+    return 0;
+}
+
 /* What every GGUF vocabulary reads besides its pieces: BOS, EOS, EOT and unknown ids,
  * add_bos, and the special tokens (control tokens print nothing). Frees t on error. */
 static int gguf_vocab_common(const gguf_file *g, tok_tokenizer *t, int n)
 {
     int32_t unk;
-    bool add_bos = t->kind == TOK_KIND_SPM;
+    /* llama.cpp's defaults where the file says nothing: BOS for SentencePiece and for Llama
+     * 3's byte-level BPE, EOS for neither */
+    const char *pre = NULL;
+    size_t pre_len = 0;
+    if (t->kind == TOK_KIND_BPE) gguf_get_str(g, "tokenizer.ggml.pre", &pre, &pre_len);
+    bool add_bos =
+        t->kind == TOK_KIND_SPM || (pre && ((pre_len == 9 && !memcmp(pre, "llama-bpe", 9)) ||
+                                            (pre_len == 6 && !memcmp(pre, "llama3", 6)) ||
+                                            (pre_len == 8 && !memcmp(pre, "llama-v3", 8))));
+    bool add_eos = false;
     uint32_t et;
     uint64_t nt;
     const void *types = NULL;
@@ -678,17 +710,11 @@ static int gguf_vocab_common(const gguf_file *g, tok_tokenizer *t, int n)
         (err = gguf_token_id(g, "tokenizer.ggml.unknown_token_id", n, -1, &unk)))
         goto fail;
     t->unk = unk;
-    err = gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos);
-    if (err && err != -ENOENT) {
-        err = tok_seterr(err, "%s", gguf_errmsg());
+    if ((err = gguf_add_flag(g, "bos", t->bos, &add_bos)) ||
+        (err = gguf_add_flag(g, "eos", t->eos, &add_eos)))
         goto fail;
-    }
-    if (add_bos && t->bos < 0) {
-        err = tok_seterr(-EINVAL, "tokenizer.ggml.add_bos_token is true but the file names no "
-                                  "tokenizer.ggml.bos_token_id");
-        goto fail;
-    }
     t->add_bos = add_bos;
+    t->add_eos = add_eos;
     bool space_prefix = true;
     err = gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &space_prefix);
     if (err && err != -ENOENT) {

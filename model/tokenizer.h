@@ -91,7 +91,9 @@ const char *tok_decode_bytes(const tok_tokenizer *t, int32_t prev, int32_t next)
  */
 int tok_load_gguf(const char *path, int vocab_size, tok_tokenizer **out);
 /* BOS and EOS ids (TOK_BOS and TOK_EOS for llama2.c files), and whether prompts start with
- * BOS (tokenizer.ggml.add_bos_token; true for llama2.c). */
+ * BOS and end with EOS as llama.cpp's add_special does (tokenizer.ggml.add_bos_token and
+ * add_eos_token; where a file says nothing, BOS for SentencePiece and Llama 3's pre-tokenizer
+ * when the file names one, EOS never; llama2.c: BOS). */
 int32_t tok_bos(const tok_tokenizer *t);
 int32_t tok_eos(const tok_tokenizer *t);
 /* End of turn (tokenizer.ggml.eot_token_id), -1 when the file names none. */
@@ -99,6 +101,7 @@ int32_t tok_eot(const tok_tokenizer *t);
 /* Whether this is a byte-level BPE vocabulary (tokenizer.ggml.model "gpt2"). */
 bool tok_is_bpe(const tok_tokenizer *t);
 bool tok_add_bos(const tok_tokenizer *t);
+bool tok_add_eos(const tok_tokenizer *t);
 /* The model's context length in tokens, as its GGUF file states it (<arch>.context_length);
  * 0 when the file states none (llama2.c tokenizer.bin, a tokenizer-only GGUF). */
 int tok_context_length(const tok_tokenizer *t);

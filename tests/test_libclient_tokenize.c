@@ -247,7 +247,7 @@ Test(libclient_tokenize, bad_input_gives_an_errno_and_a_detail)
     cr_assert(strstr(so.errdetail(), "NULL"), "%s", so.errdetail());
     cr_assert_eq(so.tokenize(lt, NULL, 0, ids, 8), -EINVAL);
     cr_assert_eq(so.tokenize(lt, "a", 0, NULL, 8), -EINVAL);
-    cr_assert_eq(so.tokenize(lt, "a", 4, ids, 8), -EINVAL, "unknown flag");
+    cr_assert_eq(so.tokenize(lt, "a", 8, ids, 8), -EINVAL, "unknown flag");
     cr_assert(strstr(so.errdetail(), "flags"), "%s", so.errdetail());
     cr_assert_eq(so.tokenize(lt, "", 0, NULL, 0), 0, "nothing to encode, no room needed");
     cr_assert_eq(so.tokenize(lt, "Once upon a time, there was", RINGLM_TOKENIZE_BOS, ids, 3),
