@@ -10,9 +10,10 @@
  *     as they are, each merge's result scored by its rank (earlier merges score higher);
  *   - added tokens: special ones CONTROL, the others USER_DEFINED; ids the file leaves
  *     unused up to the model's vocabulary become "[PAD<id>]" (UNUSED), as llama.cpp pads;
- *   - BOS/EOS from the config's bos_token/eos_token, add_bos_token (default: BOS named),
- *     EOT from the first of <|eot_id|>, <|im_end|>, <|end|> present, and the config's
- *     chat_template.
+ *   - the special tokens and add_bos/add_eos/add_sep as the converter's SpecialVocab
+ *     finds them (tokenizer.json's post-processor, tokenizer_config.json, config.json;
+ *     special_vocab below), EOT else from the first of <|eot_id|>, <|im_end|>, <|end|>
+ *     present, and the config's chat_template.
  */
 #include "model/gguf_write.h"
 #include "model/spm_proto.h"
@@ -41,14 +42,6 @@ void gw_vocab_free(gw_vocab *v)
     free(v);
 }
 
-/* A token named in the config: a string or {"content": string}. */
-static const char *config_token(json_t *cfg, const char *key)
-{
-    json_t *t = json_object_get(cfg, key);
-    if (json_is_object(t)) t = json_object_get(t, "content");
-    return json_string_value(t);
-}
-
 static int32_t find_token(const gw_vocab *v, const char *s)
 {
     if (!s) return -1;
@@ -57,25 +50,264 @@ static int32_t find_token(const gw_vocab *v, const char *s)
     return -1;
 }
 
-/* EOT: the first of the end-of-turn tokens the vocabulary holds */
+/* EOT, where the converter's SpecialVocab named none: the first of the end-of-turn tokens the
+ * vocabulary holds (llama.cpp finds these by their text when it loads a file; ringlm reads the
+ * key) */
 static void find_eot(gw_vocab *v)
 {
     static const char *const eots[] = {"<|eot_id|>", "<|im_end|>", "<|end|>"};
-    v->eot = -1;
     for (size_t i = 0; i < sizeof eots / sizeof eots[0] && v->eot < 0; i++)
         v->eot = find_token(v, eots[i]);
 }
 
+/* ---- llama.cpp's SpecialVocab (gguf-py/gguf/vocab.py) ------------------------------------ */
+
+/* The special token types in SpecialVocab's order; eot and eom join when a
+ * TemplateProcessing's trailing token displaces the configured EOS. */
+enum { SV_BOS, SV_EOS, SV_UNK, SV_SEP, SV_PAD, SV_CLS, SV_MASK, SV_EOT, SV_EOM, SV_N };
+static const char *const sv_names[SV_N] = {"bos", "eos",  "unk", "sep", "pad",
+                                           "cls", "mask", "eot", "eom"};
+
+/* Python's truth value of a JSON value (absent: None) */
+static bool py_truthy(const json_t *j)
+{
+    switch (j ? json_typeof(j) : JSON_NULL) {
+    case JSON_STRING: return json_string_length(j) > 0;
+    case JSON_OBJECT: return json_object_size(j) > 0;
+    case JSON_ARRAY: return json_array_size(j) > 0;
+    case JSON_TRUE: return true;
+    case JSON_INTEGER:
+    case JSON_REAL: return json_number_value(j) != 0;
+    default: return false;
+    }
+}
+
+/* a == b for a truthy a (every comparison SpecialVocab makes has one on the left) */
+static bool py_eq(const json_t *a, const json_t *b)
+{
+    return a && b && json_equal((json_t *)a, (json_t *)b);
+}
+
+/* A SpecialToken's id in a TemplateProcessing piece: piece.get('SpecialToken', {}).get('id') */
+static json_t *tp_special(json_t *piece)
+{
+    return json_object_get(json_object_get(piece, "SpecialToken"), "id");
+}
+
+/* Holds a new reference in *slot (the old one dropped). */
+static void sv_hold(json_t **slot, json_t *j)
+{
+    json_incref(j);
+    json_decref(*slot);
+    *slot = j;
+}
+
+/* The state SpecialVocab keeps while it reads tokenizer.json's post-processor. */
+typedef struct sv_state {
+    json_t *cfg; /* tokenizer_config.json, a copy the reading updates; NULL: none */
+    json_t *bos, *cls, *eos, *sep;
+    int n_types;   /* SV_MASK + 1, + eot, + eom */
+    int8_t add[3]; /* bos, eos, sep: -1 unset */
+} sv_state;
+
+static void sv_cfg_set(sv_state *st, const char *key, json_t *val)
+{
+    if (val) json_object_set(st->cfg, key, val);
+}
+
+/* One TemplateProcessing: which special tokens it puts before and after a sequence (BOS,
+ * EOS), and between the two of a pair (SEP) — the converter's crude parse, step for step. */
+static void sv_template(sv_state *st, json_t *proc)
+{
+    const bool have_cfg = py_truthy(st->cfg);
+    json_t *single = json_object_get(proc, "single"), *pair = json_object_get(proc, "pair");
+    json_t *first = NULL, *last = NULL;
+    if (json_array_size(single) > 1) {
+        json_t *f = tp_special(json_array_get(single, 0));
+        if (py_truthy(f)) {
+            first = f;
+            if (!have_cfg) {
+                sv_hold(&st->bos, f);
+            } else if (!py_eq(f, st->bos) && !py_eq(f, st->cls)) {
+                if (!py_truthy(st->bos)) sv_hold(&st->bos, f), sv_cfg_set(st, "bos_token", f);
+                if (!py_truthy(st->cls)) sv_hold(&st->cls, f), sv_cfg_set(st, "cls_token", f);
+            }
+            st->add[0] = py_eq(f, st->bos) || py_eq(f, st->cls);
+        }
+        json_t *l = tp_special(json_array_get(single, json_array_size(single) - 1));
+        if (py_truthy(l)) {
+            last = l;
+            if (!have_cfg) {
+                sv_hold(&st->eos, l);
+            } else if (!py_eq(l, st->eos)) {
+                if (st->n_types < SV_EOM + 1) {
+                    sv_cfg_set(st, st->n_types == SV_EOT ? "eot_token" : "eom_token", st->eos);
+                    st->n_types++;
+                }
+                sv_hold(&st->eos, l);
+                sv_cfg_set(st, "eos_token", l);
+            }
+            st->add[1] = py_eq(l, st->eos);
+        }
+    }
+    size_t lo = 0, hi = json_array_size(pair);
+    if (!hi) return;
+    if (first && py_eq(tp_special(json_array_get(pair, 0)), first)) lo = 1;
+    if (last && py_eq(tp_special(json_array_get(pair, hi - 1)), last)) hi--;
+    if (lo >= hi) return;
+    const char *a = json_string_value(
+        json_object_get(json_object_get(json_array_get(pair, lo), "Sequence"), "id"));
+    const char *b = json_string_value(
+        json_object_get(json_object_get(json_array_get(pair, hi - 1), "Sequence"), "id"));
+    /* A [sep] [eos] B: what lies between the two sequences */
+    if (!a || !b || strcmp(a, "A") || strcmp(b, "B") || hi - lo <= 2) return;
+    lo++, hi--;
+    bool add_sep = false;
+    json_t *e = tp_special(json_array_get(pair, lo));
+    if (py_truthy(e) && (py_eq(e, st->sep) || py_eq(e, st->eos)) && !last) add_sep = true;
+    if (hi - lo == 2) {
+        e = tp_special(json_array_get(pair, lo + 1));
+        if (py_truthy(e) && (py_eq(e, st->sep) || py_eq(e, st->eos))) add_sep = true;
+    }
+    st->add[2] = add_sep;
+    if (add_sep && !py_truthy(st->sep) && have_cfg) sv_cfg_set(st, "sep_token", st->eos);
+}
+
+/* A config id as SpecialVocab's _set_special_token takes it: an integer inside the
+ * vocabulary (or skipped), the first one found for its type kept. */
+static int sv_set(int32_t *slot, json_t *id, size_t n, const char *src, const char *typ)
+{
+    const double x = json_number_value(id);
+    if (!json_is_integer(id) && !(json_is_real(id) && x == (double)(long long)x)) return 0;
+    if (x < 0) return gw_seterr(-EINVAL, "%s: %s token id %.0f: negative", src, typ, x);
+    if (*slot < 0 && x < (double)n) *slot = (int32_t)x;
+    return 0;
+}
+
+/* The special token ids and the add_bos/add_eos/add_sep flags the converter's SpecialVocab
+ * reads from a checkpoint's tokenizer.json (tok), tokenizer_config.json (cfg) and
+ * config.json (config), each NULL where absent, into v (ids -1 and flags -1 where it finds
+ * none). Only ids inside v's n tokens are taken (the converter's GPT-2 reader writes an id
+ * past them, which no loader accepts). */
+static int special_vocab(gw_vocab *v, json_t *tok, json_t *cfg, json_t *config, const char *cfg_src,
+                         const char *config_src)
+{
+    int32_t ids[SV_N];
+    for (int i = 0; i < SV_N; i++) ids[i] = -1;
+    sv_state st = {.cfg = json_is_object(cfg) ? json_deep_copy(cfg) : NULL,
+                   .n_types = SV_MASK + 1,
+                   .add = {-1, -1, -1}};
+    if (cfg && !st.cfg) return gw_seterr(-ENOMEM, "out of memory");
+    json_t *added = py_truthy(tok) ? json_object_get(tok, "added_tokens") : NULL;
+    if (py_truthy(tok)) {
+        sv_hold(&st.bos, json_object_get(st.cfg, "bos_token"));
+        sv_hold(&st.cls, json_object_get(st.cfg, "cls_token"));
+        sv_hold(&st.eos, json_object_get(st.cfg, "eos_token"));
+        sv_hold(&st.sep, json_object_get(st.cfg, "sep_token"));
+        const bool have_cfg = py_truthy(st.cfg);
+        if (!py_truthy(st.bos) && py_truthy(st.cls) && have_cfg)
+            sv_hold(&st.bos, st.cls), sv_cfg_set(&st, "bos_token", st.cls);
+        if (!py_truthy(st.eos) && py_truthy(st.sep) && have_cfg)
+            sv_hold(&st.eos, st.sep), sv_cfg_set(&st, "eos_token", st.sep);
+        json_t *pp = json_object_get(tok, "post_processor");
+        if (py_truthy(pp) && json_is_object(pp)) {
+            json_t *procs = json_object_get(pp, "processors");
+            const size_t np = procs ? json_array_size(procs) : 1;
+            for (size_t i = 0; i < np; i++) {
+                json_t *proc = procs ? json_array_get(procs, i) : pp;
+                const char *type = json_string_value(json_object_get(proc, "type"));
+                if (type && strcmp(type, "RobertaProcessing") == 0) {
+                    st.add[0] = st.add[1] = st.add[2] = 1;
+                    if (!py_truthy(st.cls) && have_cfg) {
+                        json_t *c = json_object_get(proc, "cls");
+                        sv_hold(&st.cls, c ? json_array_get(c, 0) : st.bos);
+                        sv_cfg_set(&st, "cls_token", st.cls ? st.cls : json_null());
+                    }
+                    if (!py_truthy(st.sep) && have_cfg) {
+                        json_t *sp = json_object_get(proc, "sep");
+                        sv_hold(&st.sep, sp ? json_array_get(sp, 0) : st.eos);
+                        sv_cfg_set(&st, "sep_token", st.sep ? st.sep : json_null());
+                    }
+                } else if (type && strcmp(type, "TemplateProcessing") == 0) {
+                    sv_template(&st, proc);
+                }
+            }
+        }
+    }
+    int err = 0;
+    if (py_truthy(st.cfg)) {
+        for (int t = 0; t < st.n_types && !err; t++) {
+            char key[32];
+            snprintf(key, sizeof key, "add_%s_token", sv_names[t]);
+            json_t *ae = json_object_get(st.cfg, key);
+            if (json_is_boolean(ae) && (t == SV_BOS || t == SV_EOS || t == SV_SEP))
+                st.add[t == SV_BOS ? 0 : t == SV_EOS ? 1 : 2] = json_is_true(ae);
+            snprintf(key, sizeof key, "%s_token", sv_names[t]);
+            json_t *entry = json_object_get(st.cfg, key);
+            if (json_is_object(entry)) entry = json_object_get(entry, "content");
+            const char *content = json_string_value(entry);
+            if (!content) continue;
+            size_t i;
+            json_t *at;
+            json_array_foreach(added, i, at)
+            {
+                const char *c = json_string_value(json_object_get(at, "content"));
+                if (c && strcmp(c, content) == 0) {
+                    err = sv_set(&ids[t], json_object_get(at, "id"), v->n, cfg_src, sv_names[t]);
+                    break;
+                }
+            }
+        }
+    }
+    for (int t = 0; t < st.n_types && !err && config; t++) {
+        char key[32];
+        snprintf(key, sizeof key, "%s_token_id", sv_names[t]);
+        json_t *id = json_object_get(config, key);
+        if (!id) id = json_object_get(json_object_get(config, "text_config"), key);
+        err = sv_set(&ids[t], id, v->n, config_src, sv_names[t]);
+    }
+    json_decref(st.cfg);
+    json_decref(st.bos);
+    json_decref(st.cls);
+    json_decref(st.eos);
+    json_decref(st.sep);
+    if (err) return err;
+    v->bos = ids[SV_BOS];
+    v->eos = ids[SV_EOS];
+    v->unk = ids[SV_UNK];
+    v->sep = ids[SV_SEP];
+    v->pad = ids[SV_PAD];
+    v->cls = ids[SV_CLS];
+    v->mask = ids[SV_MASK];
+    v->eot = ids[SV_EOT];
+    v->eom = ids[SV_EOM];
+    v->add_bos = st.add[0];
+    v->add_eos = st.add[1];
+    v->add_sep = st.add[2];
+    return 0;
+}
+
 int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size, gw_vocab **out)
+{
+    return gw_vocab_from_hf_config(tok_path, cfg_path, NULL, vocab_size, out);
+}
+
+int gw_vocab_from_hf_config(const char *tok_path, const char *cfg_path, const char *config_path,
+                            int vocab_size, gw_vocab **out)
 {
     *out = NULL;
     json_error_t je;
-    json_t *root = json_load_file(tok_path, 0, &je), *cfg = NULL;
+    json_t *root = json_load_file(tok_path, 0, &je), *cfg = NULL, *config = NULL;
     if (!root) return gw_seterr(-EINVAL, "%s:%d: %s", tok_path, je.line, je.text);
-    /* configs hold model_max_length = 1e30: integers as reals (only strings and booleans are read) */
+    /* configs hold model_max_length = 1e30: integers as reals */
     if (cfg_path && !(cfg = json_load_file(cfg_path, JSON_DECODE_INT_AS_REAL, &je))) {
         json_decref(root);
         return gw_seterr(-EINVAL, "%s:%d: %s", cfg_path, je.line, je.text);
+    }
+    if (config_path && !(config = json_load_file(config_path, JSON_DECODE_INT_AS_REAL, &je))) {
+        json_decref(root);
+        json_decref(cfg);
+        return gw_seterr(-EINVAL, "%s:%d: %s", config_path, je.line, je.text);
     }
     int err = 0;
     gw_vocab *v = calloc(1, sizeof *v);
@@ -248,20 +480,10 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
     } else {
         v->unk = -1;
     }
-    const char *bos = config_token(cfg, "bos_token"), *eos = config_token(cfg, "eos_token");
-    v->bos = find_token(v, bos);
-    v->eos = find_token(v, eos);
-    if ((bos && v->bos < 0) || (eos && v->eos < 0)) {
-        err = gw_seterr(-EINVAL,
-                        "%s: bos_token \"%s\" / eos_token \"%s\": not in the "
-                        "vocabulary",
-                        cfg_path, bos ? bos : "", eos ? eos : "");
-        goto out;
-    }
-    v->pad = -1;
+    const int32_t model_unk = v->unk;
+    if ((err = special_vocab(v, root, cfg, config, cfg_path, config_path))) goto out;
+    if (v->unk < 0) v->unk = model_unk; /* model.unk_token where the configs name none */
     find_eot(v);
-    json_t *ab = json_object_get(cfg, "add_bos_token");
-    v->add_bos = json_is_boolean(ab) ? json_is_true(ab) : v->bos >= 0;
     const char *tpl = json_string_value(json_object_get(cfg, "chat_template"));
     if (tpl && !(v->chat_template = strdup(tpl))) {
         err = gw_seterr(-ENOMEM, "out of memory");
@@ -270,6 +492,7 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
 out:
     json_decref(root);
     json_decref(cfg);
+    json_decref(config);
     if (err) {
         gw_vocab_free(v);
         return err;
@@ -345,38 +568,6 @@ static long json_id(json_t *v)
 {
     double x = json_number_value(v);
     return json_is_number(v) && x >= 0 && x < (1 << 30) && x == (double)(long)x ? (long)x : -1;
-}
-
-/* config.json's <typ>_token_id (or its text_config's), when an id inside the vocabulary */
-static int32_t config_id(json_t *config, const char *key, size_t n)
-{
-    json_t *v = json_object_get(config, key);
-    if (!v) v = json_object_get(json_object_get(config, "text_config"), key);
-    long id = json_id(v);
-    return id >= 0 && (size_t)id < n ? (int32_t)id : -1;
-}
-
-/* tokenizer_config.json's `key` ("bos_token": a string, or an object with its content) as
- * the id of the first of tokenizer.json's added_tokens with that content, when inside the
- * vocabulary (the converter's SpecialVocab) */
-static int32_t added_token_id(json_t *cfg, json_t *tokjson, const char *key, size_t n)
-{
-    json_t *entry = json_object_get(cfg, key);
-    const char *content = json_is_object(entry)
-                              ? json_string_value(json_object_get(entry, "content"))
-                              : json_string_value(entry);
-    if (!content) return -1;
-    size_t i;
-    json_t *t;
-    json_array_foreach(json_object_get(tokjson, "added_tokens"), i, t)
-    {
-        const char *c = json_string_value(json_object_get(t, "content"));
-        if (c && strcmp(c, content) == 0) {
-            long id = json_id(json_object_get(t, "id"));
-            return id >= 0 && (size_t)id < n ? (int32_t)id : -1;
-        }
-    }
-    return -1;
 }
 
 static json_t *load_json_opt(const char *path, int *err)
@@ -491,24 +682,15 @@ int gw_vocab_from_spm(const char *dir, int vocab_size, gw_vocab **out)
             v->lens[id] = strlen(v->tokens[id]);
         }
     }
-    /* special ids as the converter's SpecialVocab finds them: tokenizer_config.json's
-     * <typ>_token among tokenizer.json's added tokens (where that file is there too), else
-     * config.json's <typ>_token_id; else the model's own */
+    /* special ids and add_* as the converter's SpecialVocab finds them (tokenizer.json's
+     * post-processor and added tokens where that file is there too); else the model's own */
     if ((tokjson = load_json_opt(tokjson_path, &err), err)) goto out;
+    if ((err = special_vocab(v, tokjson, cfg, config, cfg_path, config_path))) goto out;
     const int32_t own[4] = {m->bos_id, m->eos_id, m->unk_id, m->pad_id};
-    static const char *const keys[4] = {"bos_token_id", "eos_token_id", "unk_token_id",
-                                        "pad_token_id"};
-    static const char *const cfg_keys[4] = {"bos_token", "eos_token", "unk_token", "pad_token"};
     int32_t *ids[4] = {&v->bos, &v->eos, &v->unk, &v->pad};
-    for (int i = 0; i < 4; i++) {
-        *ids[i] = added_token_id(cfg, tokjson, cfg_keys[i], v->n);
-        if (*ids[i] < 0) *ids[i] = config_id(config, keys[i], v->n);
+    for (int i = 0; i < 4; i++)
         if (*ids[i] < 0 && own[i] >= 0 && (size_t)own[i] < v->n) *ids[i] = own[i];
-    }
     find_eot(v);
-    json_t *ab = json_object_get(cfg, "add_bos_token"), *ae = json_object_get(cfg, "add_eos_token");
-    v->add_bos = json_is_boolean(ab) ? json_is_true(ab) : v->bos >= 0;
-    v->add_eos = json_is_true(ae);
     /* a llama tokenizer_config's add_prefix_space overrides the normalizer, as the
      * converter writes it */
     json_t *aps = json_object_get(cfg, "add_prefix_space");

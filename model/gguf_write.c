@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -342,13 +343,29 @@ void gw_vocab_add(gguf_writer *w, const gw_vocab *v)
         gw_str_arr(w, "tokenizer.ggml.merges", (const char *const *)v->merges, ml, v->n_merges);
         free(ml);
     }
-    if (v->bos >= 0) gw_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v->bos);
-    if (v->eos >= 0) gw_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v->eos);
-    if (v->eot >= 0) gw_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)v->eot);
-    if (v->unk >= 0) gw_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)v->unk);
-    if (v->pad >= 0) gw_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)v->pad);
-    gw_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos);
-    gw_bool(w, "tokenizer.ggml.add_eos_token", v->add_eos);
+    /* llama.cpp's keys, "seperator" as it spells it; a CLS id has none (gguf-py's writer
+     * skips it too) */
+    static const struct {
+        const char *key;
+        size_t off;
+    } ids[] = {
+        {"tokenizer.ggml.bos_token_id", offsetof(gw_vocab, bos)},
+        {"tokenizer.ggml.eos_token_id", offsetof(gw_vocab, eos)},
+        {"tokenizer.ggml.eot_token_id", offsetof(gw_vocab, eot)},
+        {"tokenizer.ggml.eom_token_id", offsetof(gw_vocab, eom)},
+        {"tokenizer.ggml.unknown_token_id", offsetof(gw_vocab, unk)},
+        {"tokenizer.ggml.seperator_token_id", offsetof(gw_vocab, sep)},
+        {"tokenizer.ggml.padding_token_id", offsetof(gw_vocab, pad)},
+        {"tokenizer.ggml.mask_token_id", offsetof(gw_vocab, mask)},
+    };
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+        int32_t id;
+        memcpy(&id, (const char *)v + ids[i].off, sizeof id);
+        if (id >= 0) gw_u32(w, ids[i].key, (uint32_t)id);
+    }
+    if (v->add_bos >= 0) gw_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos);
+    if (v->add_eos >= 0) gw_bool(w, "tokenizer.ggml.add_eos_token", v->add_eos);
+    if (v->add_sep >= 0) gw_bool(w, "tokenizer.ggml.add_sep_token", v->add_sep);
     if (v->no_space_prefix) gw_bool(w, "tokenizer.ggml.add_space_prefix", false);
     if (v->chat_template) gw_str(w, "tokenizer.chat_template", v->chat_template);
 }

@@ -61,17 +61,35 @@ typedef struct gw_vocab {
     int32_t *types; /* llama.cpp's token types */
     char **merges;  /* gpt2: "LEFT RIGHT" */
     size_t n_merges;
-    int32_t bos, eos, eot, unk, pad; /* -1: none */
-    bool add_bos, add_eos;
+    int32_t bos, eos, eot, eom, unk, sep, pad, cls, mask; /* -1: none */
+    int8_t add_bos, add_eos, add_sep; /* 1, 0, or -1: no key (the loader's default) */
     bool no_space_prefix; /* writes tokenizer.ggml.add_space_prefix false (absent: true) */
     size_t n_listed;      /* tokenizer.json: model.vocab's entries + added_tokens' */
     char *chat_template;  /* NULL: none */
 } gw_vocab;
 
-/* Reads tokenizer.json (and tokenizer_config.json when cfg_path is not NULL: BOS, EOS,
- * add_bos, chat template) into a vocabulary of exactly vocab_size tokens (unused ids padded).
- * Returns 0 or -errno with gw_errmsg(). */
+/* Reads tokenizer.json (and tokenizer_config.json when cfg_path is not NULL) into a
+ * vocabulary of exactly vocab_size tokens (unused ids padded), with the special tokens as
+ * llama.cpp's converter (gguf-py's SpecialVocab) finds them:
+ *   - BOS, EOS, UNK, SEP, PAD, CLS, MASK: tokenizer_config.json's <typ>_token (a string or
+ *     {"content": ...}) as the id of the first of tokenizer.json's added_tokens with that
+ *     content, else config.json's <typ>_token_id (or its text_config's); a CLS token stands in
+ *     for a missing BOS, a SEP token for a missing EOS; CLS is found but, as there, not
+ *     written;
+ *   - add_bos_token / add_eos_token / add_sep_token: tokenizer.json's post_processor
+ *     (TemplateProcessing: a special token leading `single` adds BOS, one trailing it adds EOS
+ *     — one that is not the configured EOS becomes EOS and the old one EOT —, one between A
+ *     and B in `pair` adds SEP; RobertaProcessing adds all three), then tokenizer_config.json's
+ *     add_<typ>_token where it is a boolean; left unset (no key: the loader's default) where
+ *     neither says;
+ *   - EOT: as above, else the first of <|eot_id|>, <|im_end|>, <|end|> present;
+ * and the chat template. Only ids inside the vocabulary are taken. Returns 0 or -errno with
+ * gw_errmsg(). */
 int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size, gw_vocab **out);
+/* The same with a checkpoint's config.json (config_path; NULL: none) for the ids the
+ * tokenizer's files leave out. */
+int gw_vocab_from_hf_config(const char *tok_path, const char *cfg_path, const char *config_path,
+                            int vocab_size, gw_vocab **out);
 /* The vocabulary of a checkpoint directory's SentencePiece tokenizer.model (Llama 2, Mistral
  * v0.1, Gemma; where tokenizer.json is there too, the converter reads this one for most
  * architectures: model/hf_import.c), as llama.cpp's converter writes it
@@ -80,10 +98,8 @@ int gw_vocab_from_hf(const char *tok_path, const char *cfg_path, int vocab_size,
  * does); added_tokens.json's tokens USER_DEFINED, tokenizer_config.json's
  * added_tokens_decoder CONTROL when special or special-looking ("<|...|>", "<unused...>",
  * "<pad>", "<mask>"), else USER_DEFINED with "▁" written as " ", both scored -1000;
- * BOS/EOS/UNK/PAD ids from tokenizer_config.json's *_token found among tokenizer.json's
- * added_tokens (where that file is there), else config.json's *_token_id, else the model's
- * trainer_spec;
- * add_bos/add_eos from tokenizer_config.json (default: BOS added, as llama.cpp does);
+ * the special ids and add_bos/add_eos/add_sep as gw_vocab_from_hf finds them (tokenizer.json
+ * where it is there too), BOS/EOS/UNK/PAD else the model's trainer_spec;
  * add_space_prefix false where the normalizer adds no dummy prefix. Refused naming the
  * file: a model that is not BPE, whitespace as a suffix, a normalizer other than identity,
  * extra whitespace removal (neither ringlm nor llama.cpp runs those as SentencePiece does). */

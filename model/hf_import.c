@@ -694,8 +694,8 @@ static int import(imp *im, const char *out, char *note, size_t note_len)
                          "%s: absent, and no tokenizer.model (the vocabulary is read "
                          "from one of them)",
                          path);
-    } else if ((err = gw_vocab_from_hf(path, access(cfg2, F_OK) == 0 ? cfg2 : NULL, (int)im->V,
-                                       &vocab))) {
+    } else if ((err = gw_vocab_from_hf_config(path, access(cfg2, F_OK) == 0 ? cfg2 : NULL,
+                                              im->cfg_path, (int)im->V, &vocab))) {
         return err;
     }
     if (!vocab->chat_template) { /* newer checkpoints keep it beside the config */

@@ -18,7 +18,10 @@
  *                           qwen3moe, and phi3 whose tokenizer_class is GPT2Tokenizer),
  *   tokenizer.model         SentencePiece's model (gw_vocab_from_spm, model/spm_proto.h)
  *                           with added_tokens.json
- *   tokenizer_config.json   BOS/EOS, add_bos and the chat template (or chat_template.jinja)
+ *   tokenizer_config.json   special tokens, add_bos/add_eos/add_sep (with tokenizer.json's
+ *                           post-processor and config.json's *_token_id, as the
+ *                           converter's SpecialVocab) and the chat template (or
+ *                           chat_template.jinja)
  *
  * As the converter: llama's Q and K rows permuted from Hugging Face's halves to the
  * adjacent pairs of GGUF's "llama" RoPE; gemma's norms stored as w - 1 written as w; phi3's

@@ -20,6 +20,7 @@
 #include "model/gguf.h"
 #include "model/hf_import.h"
 #include "model/safetensors.h"
+#include "ringlm.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -1848,4 +1849,203 @@ Test(hf_import, gemma3_embedding_trimmed_to_the_tokenizer_runs_in_llama_cpp, .ti
     json_t *theirs = node_oracle("greedy.mjs", "jobs", jobs, "the llama.cpp oracle");
     assert_greedy_equal(b, "gemma3 trimmed", toks, gaps, json_array_get(theirs, 0));
     json_decref(theirs);
+}
+
+/* ---- special tokens as the converter's SpecialVocab finds them ---------------------------- */
+
+/* tokenizer.json's added tokens and post-processor (JSON text; NULL: none) in dir, over the
+ * vocabulary write_tokenizer wrote; tokenizer_config.json (NULL: no file); config.json's
+ * <typ>_token_id keys (JSON text; NULL: none). */
+static void special_case_files(const char *dir, const char *post, const char *cfg,
+                               const char *config)
+{
+    static const char *const added[] = {"<|begin_of_text|>",
+                                        "<|end_of_text|>",
+                                        "[CLS]",
+                                        "[SEP]",
+                                        "[MASK]",
+                                        "[PAD]",
+                                        "<s>",
+                                        "</s>",
+                                        "<pad>",
+                                        "<mask>"};
+    char p[700];
+    snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+    json_t *tok = json_load_file(p, 0, NULL);
+    cr_assert_not_null(tok, "%s", p);
+    json_t *at = json_array();
+    for (size_t i = 0; i < sizeof added / sizeof added[0]; i++)
+        json_array_append_new(at, json_pack("{s:i, s:s, s:b}", "id", (int)(258 + i), "content",
+                                            added[i], "special", 1));
+    json_object_set_new(tok, "added_tokens", at);
+    json_object_del(tok, "post_processor");
+    if (post) json_object_set_new(tok, "post_processor", json_loads(post, 0, NULL));
+    cr_assert_eq(json_dump_file(tok, p, 0), 0);
+    json_decref(tok);
+    snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
+    unlink(p);
+    if (cfg) {
+        json_t *c = json_loads(cfg, 0, NULL);
+        cr_assert_not_null(c, "%s", cfg);
+        cr_assert_eq(json_dump_file(c, p, 0), 0);
+        json_decref(c);
+    }
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    json_t *conf = json_load_file(p, 0, NULL);
+    cr_assert_not_null(conf, "%s", p);
+    static const char *const typ[] = {"bos", "eos", "unk", "sep", "pad", "cls", "mask"};
+    for (size_t i = 0; i < sizeof typ / sizeof typ[0]; i++) {
+        char k[32];
+        snprintf(k, sizeof k, "%s_token_id", typ[i]);
+        json_object_del(conf, k);
+    }
+    json_t *ids = config ? json_loads(config, 0, NULL) : NULL;
+    if (ids) json_object_update(conf, ids);
+    json_decref(ids);
+    cr_assert_eq(json_dump_file(conf, p, 0), 0);
+    json_decref(conf);
+}
+
+#define TP_S(t) "{\"SpecialToken\": {\"id\": \"" t "\", \"type_id\": 0}}"
+#define TP_A    "{\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}"
+#define TP_B    "{\"Sequence\": {\"id\": \"B\", \"type_id\": 1}}"
+#define TP(single, pair)                                                                           \
+    "{\"type\": \"TemplateProcessing\", \"single\": [" single "], \"pair\": [" pair "]}"
+
+/* The import writes the special ids and add_bos/add_eos/add_sep llama.cpp's converter writes
+ * for the same checkpoint (the expected keys are what gguf-py's SpecialVocab, at the llama.cpp
+ * commit node-llama-cpp pins, gives for these files): Llama 3's TemplateProcessing (BOS added),
+ * a BERT-style [CLS] A [SEP] (CLS and SEP stand in for BOS and EOS, both added), RoBERTa's
+ * processor (all three), the config overriding the template, a trailing token that displaces
+ * EOS (the old one becomes EOT), no tokenizer_config.json (config.json's ids), a separator
+ * between A and B. On each file ringlm's tokenizer adds BOS and EOS where llama.cpp does:
+ * the same flags as node-llama-cpp reads from the file, and RINGLM_TOKENIZE_SPECIAL gives
+ * llama.cpp's ids with them. */
+Test(hf_import, special_tokens_follow_the_converters_special_vocab, .timeout = 400)
+{
+    static const struct {
+        const char *name, *post, *cfg, *config, *want;
+    } cases[] = {
+        {"llama3",
+         "{\"type\": \"Sequence\", \"processors\": [{\"type\": \"ByteLevel\"}, " TP(
+             TP_S("<|begin_of_text|>") ", " TP_A,
+             TP_S("<|begin_of_text|>") ", " TP_A ", " TP_S("<|begin_of_text|>") ", " TP_B) "]}",
+         "{\"bos_token\": \"<|begin_of_text|>\", \"eos_token\": \"<|end_of_text|>\"}", NULL,
+         "{\"add_bos_token\": true, \"add_sep_token\": false, \"bos_token_id\": 258, "
+         "\"eos_token_id\": 259}"},
+        {"bert",
+         TP(TP_S("[CLS]") ", " TP_A ", " TP_S("[SEP]"),
+            TP_S("[CLS]") ", " TP_A ", " TP_S("[SEP]") ", " TP_B ", " TP_S("[SEP]")),
+         "{\"cls_token\": \"[CLS]\", \"sep_token\": \"[SEP]\", \"pad_token\": \"[PAD]\", "
+         "\"mask_token\": \"[MASK]\"}",
+         NULL,
+         "{\"add_bos_token\": true, \"add_eos_token\": true, \"add_sep_token\": false, "
+         "\"bos_token_id\": 260, \"eos_token_id\": 261, \"mask_token_id\": 262, "
+         "\"padding_token_id\": 263, \"seperator_token_id\": 261}"},
+        {"roberta",
+         "{\"type\": \"RobertaProcessing\", \"sep\": [\"</s>\", 265], \"cls\": [\"<s>\", 264]}",
+         "{\"bos_token\": \"<s>\", \"eos_token\": \"</s>\", \"pad_token\": \"<pad>\", "
+         "\"mask_token\": {\"content\": \"<mask>\", \"lstrip\": true}}",
+         NULL,
+         "{\"add_bos_token\": true, \"add_eos_token\": true, \"add_sep_token\": true, "
+         "\"bos_token_id\": 264, \"eos_token_id\": 265, \"mask_token_id\": 267, "
+         "\"padding_token_id\": 266, \"seperator_token_id\": 265}"},
+        {"config_says", TP(TP_S("<|begin_of_text|>") ", " TP_A, ""),
+         "{\"bos_token\": \"<|begin_of_text|>\", \"eos_token\": \"<|end_of_text|>\", "
+         "\"add_bos_token\": false, \"add_eos_token\": true}",
+         NULL,
+         "{\"add_bos_token\": false, \"add_eos_token\": true, \"bos_token_id\": 258, "
+         "\"eos_token_id\": 259}"},
+        {"eos_displaced",
+         TP(TP_S("<s>") ", " TP_A ", " TP_S("</s>"),
+            TP_S("<s>") ", " TP_A ", " TP_B ", " TP_S("</s>")),
+         "{\"bos_token\": \"<s>\", \"eos_token\": \"<|end_of_text|>\"}", NULL,
+         "{\"add_bos_token\": true, \"add_eos_token\": true, \"bos_token_id\": 264, "
+         "\"eos_token_id\": 265, \"eot_token_id\": 259}"},
+        {"no_config", TP(TP_S("<|begin_of_text|>") ", " TP_A ", " TP_S("<|end_of_text|>"), ""),
+         NULL, "{\"bos_token_id\": 258, \"eos_token_id\": 259, \"pad_token_id\": 263}",
+         "{\"add_bos_token\": true, \"add_eos_token\": true, \"bos_token_id\": 258, "
+         "\"eos_token_id\": 259, \"padding_token_id\": 263}"},
+        {"pair_sep",
+         TP(TP_S("<|begin_of_text|>") ", " TP_A,
+            TP_S("<|begin_of_text|>") ", " TP_A ", " TP_S("<|end_of_text|>") ", " TP_B),
+         "{\"bos_token\": \"<|begin_of_text|>\", \"eos_token\": \"<|end_of_text|>\"}", NULL,
+         "{\"add_bos_token\": true, \"add_sep_token\": true, \"bos_token_id\": 258, "
+         "\"eos_token_id\": 259, \"seperator_token_id\": 259}"},
+    };
+    enum { NC = sizeof cases / sizeof cases[0] };
+    static const char *const keys[] = {"add_bos_token",    "add_eos_token",      "add_sep_token",
+                                       "bos_token_id",     "eos_token_id",       "eot_token_id",
+                                       "eom_token_id",     "unknown_token_id",   "mask_token_id",
+                                       "padding_token_id", "seperator_token_id", "cls_token_id"};
+    char a[600], dir[600], files[NC][600];
+    snprintf(a, sizeof a, "%s/a.gguf", tmpdir);
+    snprintf(dir, sizeof dir, "%s/hf", tmpdir);
+    const hf_case hc = {.label = "special tokens", .spec = "synthetic:gqa-test:7", .type = "F32"};
+    export_case(&hc, a);
+    gguf_to_hf(a, dir, &hc);
+    for (int c = 0; c < NC; c++) {
+        special_case_files(dir, cases[c].post, cases[c].cfg, cases[c].config);
+        snprintf(files[c], sizeof files[c], "%s/special-%s.gguf", tmpdir, cases[c].name);
+        char *err = NULL;
+        int rc = import_cli(dir, files[c], NULL, &err);
+        cr_assert_eq(rc, 0, "%s: exit %d: %s", cases[c].name, rc, err);
+        free(err);
+        json_t *want = json_loads(cases[c].want, 0, NULL);
+        cr_assert_not_null(want, "%s", cases[c].want);
+        gguf_file *g;
+        cr_assert_eq(gguf_open(files[c], &g), 0, "%s", gguf_errmsg());
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+            char key[96];
+            snprintf(key, sizeof key, "tokenizer.ggml.%s", keys[k]);
+            json_t *w = json_object_get(want, keys[k]);
+            if (!w) {
+                cr_assert_null(gguf_find(g, key), "%s: %s written, the converter writes none",
+                               cases[c].name, key);
+            } else if (json_is_boolean(w)) {
+                cr_assert(
+                    gguf_find(g, key) && meta_bool(g, key, !json_is_true(w)) == json_is_true(w),
+                    "%s: %s should be %s", cases[c].name, key, json_is_true(w) ? "true" : "false");
+            } else {
+                cr_assert(gguf_find(g, key), "%s: %s absent", cases[c].name, key);
+                cr_assert_eq(meta_int(g, key), json_integer_value(w), "%s: %s", cases[c].name, key);
+            }
+        }
+        gguf_close(g);
+        json_decref(want);
+    }
+
+    /* ringlm's tokenizer adds BOS and EOS where llama.cpp does */
+    skip_without_node();
+    static const char *const texts[] = {"hello", "he hel"};
+    json_t *models = json_array();
+    for (int c = 0; c < NC; c++)
+        json_array_append_new(models, json_pack("{s:s}", "gguf", files[c]));
+    json_t *job = json_pack("{s:[s, s], s:o}", "texts", texts[0], texts[1], "models", models);
+    json_t *out = node_oracle("tokenize.mjs", "job", job, "llama.cpp's tokenizer");
+    for (int c = 0; c < NC; c++) {
+        json_t *o = json_array_get(out, (size_t)c);
+        const bool add_bos = json_is_true(json_object_get(o, "add_bos")),
+                   add_eos = json_is_true(json_object_get(o, "add_eos"));
+        ringlm_tokenizer *t;
+        cr_assert_eq(ringlm_tokenizer_load(files[c], 0, &t), 0, "%s", ringlm_errdetail());
+        for (size_t i = 0; i < 2; i++) {
+            json_t *lc = json_array_get(json_object_get(o, "llama"), i);
+            int32_t ids[64], want[64];
+            int nw = 0;
+            if (add_bos) want[nw++] = ringlm_tokenizer_bos(t);
+            for (size_t k = 0; k < json_array_size(lc) && nw < 62; k++)
+                want[nw++] = (int32_t)json_integer_value(json_array_get(lc, k));
+            if (add_eos) want[nw++] = ringlm_tokenizer_eos(t);
+            int n = ringlm_tokenize(t, texts[i], RINGLM_TOKENIZE_SPECIAL, ids, 64);
+            cr_assert_eq(n, nw, "%s \"%s\": ringlm %d ids, llama.cpp %d (add_bos %d, add_eos %d)",
+                         cases[c].name, texts[i], n, nw, add_bos, add_eos);
+            cr_assert_arr_eq(ids, want, (size_t)n * sizeof *ids, "%s \"%s\"", cases[c].name,
+                             texts[i]);
+        }
+        ringlm_tokenizer_free(t);
+    }
+    cr_log_info(
+        "%d checkpoints: the converter's special keys; BOS/EOS added as llama.cpp adds them", NC);
+    json_decref(out);
 }
