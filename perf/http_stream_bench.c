@@ -13,8 +13,11 @@
  * Per stream count: TTFT (request written → first event read) p50 and p90 over every stream
  * of every run, the median over runs of the aggregate rate (streams × max-tokens / the
  * burst's wall time, first request written to last stream ended) with the lowest and highest
- * run, and how many streams ended with fewer events than tokens asked (0 when both servers
- * stream one event per token as they do). --json: one object per stream count.
+ * run, each stream's own rate after its first token ((events - 1) / first event to last
+ * event: the decode rate a client sees, to set beside engine_bench's decode at as many
+ * sequences) as the median over every stream of every run with the lowest and highest, and
+ * how many streams ended with fewer events than tokens asked (0 when both servers stream one
+ * event per token as they do). --json: one object per stream count.
  *
  * --text-bytes N: each prompt is N bytes of text (seeded prose, distinct per stream and run)
  * instead of token ids, so the server tokenizes it. --gateway-metrics (ringlm-gateway only):
@@ -46,7 +49,7 @@ typedef struct stream {
     int fd;
     size_t sent, req_len;
     char req[8192];
-    uint64_t t_sent, t_first, t_end;
+    uint64_t t_sent, t_first, t_last, t_end; /* t_last: the read that brought the last event */
     int events;
     bool done, headers;
     char tail[16]; /* the last bytes read, so a marker split across reads is still seen */
@@ -109,6 +112,7 @@ static void scan(stream *s, const char *buf, size_t n, uint64_t now)
             continue;
         }
         if (!s->t_first) s->t_first = now;
+        s->t_last = now;
         s->events++;
     }
     s->tail_len = len - i;
@@ -116,7 +120,7 @@ static void scan(stream *s, const char *buf, size_t n, uint64_t now)
 }
 
 typedef struct result {
-    double ttft_p50_ms, ttft_p90_ms, agg_med, agg_lo, agg_hi;
+    double ttft_p50_ms, ttft_p90_ms, agg_med, agg_lo, agg_hi, stream_med, stream_lo, stream_hi;
     int short_streams;
 } result;
 
@@ -126,10 +130,11 @@ static result burst(int n, int runs)
      * must not find the prompt of the same stream of the 1-stream burst in a server's cache */
     static int bursts_before;
     double *ttft = malloc(sizeof(double) * (size_t)n * (size_t)runs);
+    double *rate = malloc(sizeof(double) * (size_t)n * (size_t)runs);
     double agg[64] = {0};
-    int n_ttft = 0, short_streams = 0;
+    int n_ttft = 0, n_rate = 0, short_streams = 0;
     stream *ss = calloc((size_t)n, sizeof *ss);
-    if (!ttft || !ss) bench_die("out of memory");
+    if (!ttft || !rate || !ss) bench_die("out of memory");
     for (int r = 0; r < runs && r < 64; r++) {
         int ep = epoll_create1(EPOLL_CLOEXEC);
         memset(ss, 0, sizeof *ss * (size_t)n);
@@ -187,6 +192,9 @@ static result burst(int n, int runs)
         for (int i = 0; i < n; i++) {
             if (ss[i].t_end > t_last) t_last = ss[i].t_end;
             if (ss[i].t_first) ttft[n_ttft++] = (double)(ss[i].t_first - ss[i].t_sent) / 1e6;
+            if (ss[i].events > 1 && ss[i].t_last > ss[i].t_first)
+                rate[n_rate++] =
+                    (double)(ss[i].events - 1) / ((double)(ss[i].t_last - ss[i].t_first) / 1e9);
             if (ss[i].events < max_tokens) short_streams++;
             if (trace)
                 fprintf(trace, "%d %d %d %.3f %.3f %.3f\n", n, r, i,
@@ -203,12 +211,19 @@ static result burst(int n, int runs)
                   .ttft_p90_ms = n_ttft ? bench_percentile(ttft, n_ttft, 0.9) : -1,
                   .agg_med = bench_median(agg, R),
                   .short_streams = short_streams};
+    res.stream_med = n_rate ? bench_median(rate, n_rate) : -1;
+    res.stream_lo = res.stream_hi = n_rate ? rate[0] : -1;
+    for (int i = 1; i < n_rate; i++) {
+        res.stream_lo = rate[i] < res.stream_lo ? rate[i] : res.stream_lo;
+        res.stream_hi = rate[i] > res.stream_hi ? rate[i] : res.stream_hi;
+    }
     res.agg_lo = res.agg_hi = agg[0];
     for (int r = 1; r < R; r++) {
         res.agg_lo = agg[r] < res.agg_lo ? agg[r] : res.agg_lo;
         res.agg_hi = agg[r] > res.agg_hi ? agg[r] : res.agg_hi;
     }
     free(ttft);
+    free(rate);
     free(ss);
     return res;
 }
@@ -274,10 +289,10 @@ int main(int argc, char **argv)
                   "--max-tokens >= 1, --runs 1..64");
     if (!json)
         printf("http_stream_bench %s (%s:%d): %d-%s prompts, %d tokens each, %d runs\n"
-               "%7s %13s %13s %30s %6s%s\n",
+               "%7s %13s %13s %30s %27s %6s%s\n",
                label, host, port, text_bytes ? text_bytes : prompt_len,
                text_bytes ? "byte text" : "token", max_tokens, runs, "streams", "TTFT p50 ms",
-               "TTFT p90 ms", "aggregate tok/s med [lo, hi]", "short",
+               "TTFT p90 ms", "aggregate tok/s med [lo, hi]", "stream tok/s med [lo, hi]", "short",
                gateway_metrics ? "  gateway ms/request" : "");
     for (char *p = (char *)streams_arg; *p;) {
         int n = (int)strtol(p, &p, 10);
@@ -294,15 +309,19 @@ int main(int argc, char **argv)
             printf("{\"label\":\"%s\",\"streams\":%d,\"prompt_len\":%d,\"text_bytes\":%d,"
                    "\"max_tokens\":%d,\"runs\":%d,\"ttft_p50_ms\":%.2f,\"ttft_p90_ms\":%.2f,"
                    "\"agg_tok_s\":{\"median\":%.1f,\"lowest\":%.1f,\"highest\":%.1f},"
+                   "\"stream_tok_s\":{\"median\":%.2f,\"lowest\":%.2f,\"highest\":%.2f},"
                    "\"short_streams\":%d,\"gateway_admission_ms\":%.3f}\n",
                    label, n, prompt_len, text_bytes, max_tokens, runs, r.ttft_p50_ms, r.ttft_p90_ms,
-                   r.agg_med, r.agg_lo, r.agg_hi, r.short_streams, adm_ms);
+                   r.agg_med, r.agg_lo, r.agg_hi, r.stream_med, r.stream_lo, r.stream_hi,
+                   r.short_streams, adm_ms);
         else if (gateway_metrics)
-            printf("%7d %13.1f %13.1f %12.1f [%7.1f, %7.1f] %6d %19.3f\n", n, r.ttft_p50_ms,
-                   r.ttft_p90_ms, r.agg_med, r.agg_lo, r.agg_hi, r.short_streams, adm_ms);
+            printf("%7d %13.1f %13.1f %12.1f [%7.1f, %7.1f] %9.1f [%6.1f, %6.1f] %6d %19.3f\n", n,
+                   r.ttft_p50_ms, r.ttft_p90_ms, r.agg_med, r.agg_lo, r.agg_hi, r.stream_med,
+                   r.stream_lo, r.stream_hi, r.short_streams, adm_ms);
         else
-            printf("%7d %13.1f %13.1f %12.1f [%7.1f, %7.1f] %6d\n", n, r.ttft_p50_ms, r.ttft_p90_ms,
-                   r.agg_med, r.agg_lo, r.agg_hi, r.short_streams);
+            printf("%7d %13.1f %13.1f %12.1f [%7.1f, %7.1f] %9.1f [%6.1f, %6.1f] %6d\n", n,
+                   r.ttft_p50_ms, r.ttft_p90_ms, r.agg_med, r.agg_lo, r.agg_hi, r.stream_med,
+                   r.stream_lo, r.stream_hi, r.short_streams);
         fflush(stdout);
         if (*p == ',') p++;
     }
