@@ -5,8 +5,8 @@
 # 256- and one 1024-token prompt (llama-bench -p against engine_bench --prefill), for each
 # model shape and weight type, the same thread count; and through HTTP, ringlm-gateway +
 # ringlmd against llama-server on the same file, measured by one client
-# (perf/http_stream_bench: bursts of 1/8/32 concurrent streams of 128 tokens; TTFT p50 and
-# aggregate tok/s).
+# (perf/http_stream_bench: bursts of 1/8/32 concurrent streams of 128 tokens; TTFT p50,
+# aggregate tok/s, and each stream's rate after its first token).
 #
 # For each shape and type a GGUF file is written with ringlm-mkmodel (synthetic weights from
 # the preset); then, --runs times, ringlm and llama.cpp run one after the other on it (decode,
@@ -310,9 +310,11 @@ for f in "${files[@]}"; do
              | if ($x | length) == 0 then null
                else {ttft_p50_ms: ([$x[].ttft_p50_ms] | stats),
                      agg_tok_s: ([$x[].agg_tok_s.median] | stats),
+                     stream_tok_s: ([$x[].stream_tok_s.median | select(. != null)] | stats),
                      short_streams: ([$x[].short_streams] | add)} end))
           | .ttft_ratio = ratio(.ringlm.ttft_p50_ms; .["llama-server"].ttft_p50_ms)
-          | .agg_ratio = ratio(.ringlm.agg_tok_s; .["llama-server"].agg_tok_s)))) as $http
+          | .agg_ratio = ratio(.ringlm.agg_tok_s; .["llama-server"].agg_tok_s)
+          | .stream_ratio = ratio(.ringlm.stream_tok_s; .["llama-server"].stream_tok_s)))) as $http
     | ($probe.read_gb_s | median) as $bw
     | ([$r[].active_weight_bytes | select(. != null)] | first // null) as $act
     | ([$r[].n_expert | select(. != null)] | first // 0) as $nexp
@@ -374,7 +376,10 @@ for f in "${files[@]}"; do
           + (if $x.ttft_ratio == null then "-" else "\($x.ttft_ratio)x" end),
           ("agg tok/s @" + $n | pad(14)) + " " + ($x.ringlm.agg_tok_s | cell | pad(29)) + " "
           + ($x["llama-server"].agg_tok_s | cell | pad(29)) + " "
-          + (if $x.agg_ratio == null then "-" else "\($x.agg_ratio)x" end)
+          + (if $x.agg_ratio == null then "-" else "\($x.agg_ratio)x" end),
+          ("stream tok/s @" + $n | pad(14)) + " " + ($x.ringlm.stream_tok_s | cell | pad(29)) + " "
+          + ($x["llama-server"].stream_tok_s | cell | pad(29)) + " "
+          + (if $x.stream_ratio == null then "-" else "\($x.stream_ratio)x" end)
           + (if (($x.ringlm.short_streams // 0) + ($x["llama-server"].short_streams // 0)) > 0
              then "  (streams with fewer events than tokens: ringlm \($x.ringlm.short_streams // 0),"
                   + " llama-server \($x["llama-server"].short_streams // 0))" else "" end)))'
