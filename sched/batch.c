@@ -19,6 +19,7 @@ static void add_entry(sched *s, uint32_t slot, uint32_t n, bool prefill)
         .blocks = r->dev,
         .ring = r->ring,
     };
+    sc_snap_entry(s, r, &e); /* ring snapshots to restore before it or take after it */
     r->entry_step = s->step_no;
     r->entry_idx = s->entries.n;
     r->defer = SCHED_DEFER_NONE;

@@ -55,7 +55,8 @@ static void evicted(void *ctx, const sched_prefix_eviction *ev)
     sched *s = ctx;
     pool_give(&s->pools[ev->from], ev->from_block);
     s->px_left[ev->from]++;
-    if (ev->reason == SCHED_PREFIX_EVICT_MOVED) return; /* now hotter: still cached */
+    if (ev->reason == SCHED_PREFIX_EVICT_MOVED) return;             /* now hotter: still cached */
+    if (ev->from == SCHED_POOL_DEVICE) sc_snap_dropped(s, ev->key); /* hits need it there */
     if (ev->demoted) {
         if (!sc_vec_grow((void **)&s->px_mv, &s->px_cap_mv, s->px_n_mv + 1, sizeof *s->px_mv)) {
             s->oom = true;
@@ -296,6 +297,8 @@ int sc_cache_submit(sched *s, req *r, const sched_request *q)
 {
     r->pcache = false;
     r->n_pkeys = r->n_pnodes = r->n_found = 0;
+    r->snap_take[0] = r->snap_take[1] = r->snap_restore = SCHED_BLOCK_NONE;
+    r->snap_end[0] = r->snap_end[1] = 0;
     if (!s->px || !q->tokens) return 0;
     uint32_t bs = s->conf.block_size, nb = q->prompt_len / bs;
     if (!sc_vec_grow((void **)&r->ptok, &r->cap_ptok, q->prompt_len, sizeof(int32_t)) ||
@@ -309,6 +312,7 @@ int sc_cache_submit(sched *s, req *r, const sched_request *q)
     r->pcache = true;
     /* a windowed sequence holds its cached chain until it ends (window.c): its prompt's */
     r->pgen = !s->conf.attention_window;
+    sc_snap_submit(s, r);
     return 0;
 }
 
@@ -363,27 +367,32 @@ uint32_t sc_cache_find(sched *s, uint32_t slot, uint32_t *unheld)
     r->n_found = 0;
     if (!r->pcache || r->n_pnodes) return 0;
     /* with window rings a hit needs the ring of the cached prefix's last window: a sample at
-     * its first start has its first sample's (the caller copies it at the fork), nothing
-     * else has one (sched_config.window_rings) */
-    if (s->conf.window_rings && (!r->sample || r->started)) return 0;
+     * its first start has its first sample's (the caller copies it at the fork), any other
+     * request a ring snapshot's (ringsnap.c) */
+    bool snap = sc_snap_needed(s, r);
+    if (snap && !s->n_snaps) return 0;
     uint32_t bs = s->conf.block_size;
     uint32_t max = (known(r) - 1) / bs; /* the last known token is computed: it samples */
     if (max > r->n_pkeys) max = r->n_pkeys;
     r->n_found =
         sched_prefix_lookup(s->px, r->salt, r->pkeys, r->ptok, max, r->id, r->pnodes, NULL);
-    uint32_t dev = 0;
-    bool on_dev = true;
     for (uint32_t i = 0; i < r->n_found; i++) {
         sched_prefix_node_info in;
         sched_prefix_node(s->px, r->pnodes[i], &in);
         /* a block another sequence is reloading is not there yet: the prefix found ends
-         * before it (that sequence shares it once it arrived) */
-        if (in.loading) {
+         * before it (that sequence shares it once it arrived); a snapshot hit uses the
+         * device's blocks only */
+        if (in.loading || (snap && in.pool != SCHED_POOL_DEVICE)) {
             r->n_found = i;
             break;
         }
-        if (in.pool != SCHED_POOL_DEVICE) on_dev = false; /* a chain is device*, host*, disk* */
-        if (!on_dev) continue;
+    }
+    if (snap) r->n_found = sc_snap_trim(s, r, r->n_found);
+    uint32_t dev = 0;
+    for (uint32_t i = 0; i < r->n_found; i++) {
+        sched_prefix_node_info in;
+        sched_prefix_node(s->px, r->pnodes[i], &in);
+        if (in.pool != SCHED_POOL_DEVICE) break; /* a chain is device*, host*, disk* */
         if (!in.refs) (*unheld)++;
         dev++;
     }
@@ -412,6 +421,7 @@ void sc_cache_start(sched *s, req *r, uint64_t now)
     s->px_query += known(r);
     uint32_t use = 0, self = 0, per[SCHED_POOL__COUNT] = {0}, self_per[SCHED_POOL__COUNT] = {0};
     if (found) use = hold_found(s, r, found, &self, per, self_per, now);
+    if (sc_snap_needed(s, r)) sc_snap_hit(s, r, use); /* its first entry restores the ring */
     /* a sample's shared partial block follows the cached full ones (cow.c) */
     uint32_t tail = sc_cow_start(s, r, use);
     if (!use && !tail) return;
@@ -597,6 +607,7 @@ void sc_cache_commit(sched *s, req *r)
         }
         r->pnodes[r->n_pnodes++] = node;
     }
+    sc_snap_commit(s, r);
 }
 
 /* The sequence gives up its device blocks: release its holds.  Returns how many leading
@@ -604,6 +615,7 @@ void sc_cache_commit(sched *s, req *r)
 uint32_t sc_cache_release(sched *s, req *r)
 {
     if (r->px_rc_active) rc_run_end(s, r, SCHED_OUTCOME_ABANDONED); /* ended or preempted first */
+    sc_snap_release(s, r);
     uint32_t k = r->n_pnodes;
     if (!k) return 0;
     uint64_t before = s->px_evicted;

@@ -140,6 +140,11 @@ typedef struct req {
      * first cow_len % block_size positions hold its tokens cow_len / block_size × block_size
      * onwards */
     uint32_t cow_blk, cow_len;
+    /* ring snapshots (ringsnap.c): the prompt positions its snapshots are to end at — [0]
+     * where its cached prefix found ended, [1] its prompt's last block boundary (0: none to
+     * take) —, the slots they are being taken into, the slot its first entry restores from
+     * (SCHED_BLOCK_NONE: none; that slot is pinned until then) */
+    uint32_t snap_end[2], snap_take[2], snap_restore;
     /* n samples admitted together (group.c): a first sample's other samples (grp_n) and the
      * blocks each needs to start (grp_each); the device blocks reserved for it or, for a
      * first sample, for its others (resv) */
@@ -252,7 +257,19 @@ struct sched {
     pool pools[SCHED_POOL__COUNT];
     pool rings; /* window rings (conf.window_rings): a sequence holding device blocks holds
                    one (req.ring) */
-    uint32_t ring_tier_slots;     /* tier slots a swapped ring takes (conf.window_ring_bytes) */
+    uint32_t ring_tier_slots; /* tier slots a swapped ring takes (conf.window_ring_bytes) */
+    /* ring snapshots (ringsnap.c, conf.window_snapshots): slot i is free, being taken or
+     * held for the cached block keyed key; pins: admitted requests whose first entry will
+     * restore it; used: a stamp for least-recently-used replacement */
+    struct ring_snap {
+        sched_prefix_key key;
+        uint64_t used;
+        uint32_t pins;
+        uint8_t state; /* RS_FREE, RS_PENDING (being taken), RS_READY */
+        bool dead;     /* its block left the device while pinned: freed at the last unpin */
+    } * snaps;
+    uint32_t n_snaps;
+    uint64_t snap_clock, snap_taken, snap_hits, snap_dropped;
     VEC(uint32_t) run;            /* RUNNING slots */
     VEC(uint32_t) cancel_pending; /* ENDED, release at next step */
     VEC(xfer_rec) xfers;          /* in flight */
@@ -284,6 +301,7 @@ struct sched {
     bool oom;
     sched_plan plan;
     VEC(sched_entry) entries;
+    VEC(sched_ring_snapshot) snap_takes; /* the plan's ring_snapshots */
     VEC(sched_release) rel_plan, rel_acc;
     VEC(sched_transfer) transfers;
     VEC(uint32_t) xfer_blocks;
@@ -583,6 +601,28 @@ void sc_cow_submit(sched *s, req *r, const sched_request *q);
  * (a copy in the plan, or taken over).  Returns the tokens past use × block_size it gives r
  * (0: none; the reference is dropped and r computes them). */
 uint32_t sc_cow_start(sched *s, req *r, uint32_t use);
+
+/* ---- ring snapshots (ringsnap.c) ---- */
+enum { RS_FREE = 0, RS_PENDING, RS_READY };
+int sc_snap_create(sched *s);
+/* sc_cache_submit: the prompt position its snapshot would end at */
+void sc_snap_submit(sched *s, req *r);
+/* Whether r's cached prefix must end at a snapshot (window rings, not a sample's first
+ * start), and the longest prefix of found device blocks that does (0: none). */
+bool sc_snap_needed(const sched *s, const req *r);
+uint32_t sc_snap_trim(sched *s, req *r, uint32_t found);
+/* sc_cache_start used `use` blocks: pin the snapshot ending there for r's first entry. */
+void sc_snap_hit(sched *s, req *r, uint32_t use);
+/* add_entry: the entry's ring_restore, and the snapshots its rows reach (the plan's). */
+void sc_snap_entry(sched *s, req *r, sched_entry *e);
+/* commit: r's snapshot is taken once computed passed its end */
+void sc_snap_commit(sched *s, req *r);
+/* r gives up its device blocks: its pin and a snapshot not yet taken go */
+void sc_snap_release(sched *s, req *r);
+/* the cached block keyed key left the device: its snapshot goes */
+void sc_snap_dropped(sched *s, sched_prefix_key key);
+uint32_t sc_snap_held(const sched *s);
+int sc_snap_check(const sched *s, char *why, size_t len);
 /* r drops its reference, if any. */
 void sc_cow_drop(sched *s, req *r);
 /* True while samples share block b (the prefix cache does not take it meanwhile). */

@@ -80,7 +80,8 @@ int sched_create(const sched_policy *policy, const sched_config *cfg, sched_even
     if (sc_pool_init(&s->pools[SCHED_POOL_DEVICE], cfg->kv_blocks_device) ||
         sc_pool_init(&s->pools[SCHED_POOL_HOST], cfg->kv_blocks_host) ||
         sc_pool_init(&s->pools[SCHED_POOL_DISK], cfg->kv_blocks_disk) ||
-        sc_pool_init(&s->rings, cfg->window_rings) || sc_cache_create(s) || sc_order_create(s))
+        sc_pool_init(&s->rings, cfg->window_rings) || sc_cache_create(s) || sc_order_create(s) ||
+        sc_snap_create(s))
         goto oom;
     s->tiers[SCHED_POOL_HOST] = (tier_est){cfg->host.out_bytes_per_s,
                                            cfg->host.in_bytes_per_s,
@@ -148,12 +149,14 @@ void sched_destroy(sched *s)
     free(s->map);
     for (int i = 0; i < SCHED_POOL__COUNT; i++) free(s->pools[i].free_ids);
     free(s->rings.free_ids);
+    free(s->snaps);
     free(s->run.a);
     free(s->cancel_pending.a);
     for (uint32_t i = 0; i < s->xfers.n; i++) free(s->xfers.a[i].dst); /* cache copies in flight */
     free(s->xfers.a);
     free(s->px_mv);
     free(s->entries.a);
+    free(s->snap_takes.a);
     free(s->rel_plan.a);
     free(s->rel_acc.a);
     free(s->transfers.a);
@@ -349,7 +352,7 @@ const sched_plan *sched_step(sched *s, uint64_t now)
         s->rel_acc.n = 0;
     }
     s->entries.n = s->transfers.n = s->xfer_blocks.n = s->preempts.n = s->ended.n = 0;
-    s->copies.n = 0;
+    s->copies.n = s->snap_takes.n = 0;
     s->victims_built = false;
     memset(&s->plan, 0, sizeof(s->plan));
     s->plan_pairs = 0;
@@ -413,6 +416,8 @@ const sched_plan *sched_step(sched *s, uint64_t now)
     pl->n_releases = s->rel_plan.n;
     pl->entries = s->entries.a;
     pl->n_entries = s->entries.n;
+    pl->ring_snapshots = s->snap_takes.a;
+    pl->n_ring_snapshots = s->snap_takes.n;
     pl->transfers = s->transfers.a;
     pl->n_transfers = s->transfers.n;
     pl->preemptions = s->preempts.a;
@@ -535,6 +540,10 @@ void sched_get_counts(const sched *s, sched_counts *o)
         o->prefix_hit_tokens = s->px_hit;
         o->prefix_self_tokens = s->px_self;
         o->prefix_evicted_blocks = s->px_evicted;
+        o->ring_snapshots = sc_snap_held(s);
+        o->ring_snapshots_taken = s->snap_taken;
+        o->ring_snapshot_hits = s->snap_hits;
+        o->ring_snapshots_dropped = s->snap_dropped;
         for (int p = 0; p < SCHED_POOL__COUNT; p++) {
             o->prefix_blocks[p] = st.cached[p];
             o->prefix_hit_pool_tokens[p] = s->px_hit_pool[p];
@@ -712,6 +721,7 @@ int sched_check_invariants(const sched *s, char *why, size_t len)
     if ((rc = sc_group_check(s, why, len))) goto out;
     if (s->px && (rc = sc_cache_check(s, seen[SCHED_POOL_DEVICE], why, len))) goto out;
     if ((rc = sc_order_check(s, why, len))) goto out;
+    if ((rc = sc_snap_check(s, why, len))) goto out;
     for (int p = s->px ? SCHED_POOL_DEVICE + 1 : 0; p < SCHED_POOL__COUNT; p++)
         for (uint32_t b = 0; b < s->pools[p].total; b++) {
             /* a host or disk block may be a cached node's instead */

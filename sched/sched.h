@@ -625,12 +625,24 @@ typedef struct sched_config {
      * window, from its first block to its last (sched_entry.ring).  A start waits (defer
      * "blocks") while every ring is held.  A swap moves the ring with the blocks: out to
      * the host or disk tier beside them and back into whichever ring is free at the
-     * swap-in (sched_transfer.ring).  With the prefix cache, only a sample's first start
-     * (sched_request.sample) finds cached blocks: the n samples of one prompt share its
-     * global blocks, and the caller gives each sample, at its first entry, a copy of its
-     * first sample's ring as it was when the prompt was computed; a hit of any other request
-     * would need the ring of the cached prefix's last window. */
+     * swap-in (sched_transfer.ring).  With the prefix cache, a sample's first start
+     * (sched_request.sample) finds its prompt's cached blocks: the n samples of one prompt
+     * share its global blocks, and the caller gives each sample, at its first entry, a copy
+     * of its first sample's ring as it was when the prompt was computed.  Any other request
+     * finds a cached prefix only where a ring snapshot (window_snapshots) ends. */
     uint32_t window_rings;
+    /* Ring snapshots (with window_rings and the prefix cache; 0: none): at most this many
+     * copies of a ring as it stood at a cached prefix's end — the windowed layers' K/V of
+     * the window before it — kept with the cached block that ends there.  A sequence whose
+     * prompt runs past a block boundary takes one at the last such boundary before its last
+     * prompt token, and one where its cached prefix found at admission ended before a
+     * snapshot cut it back (a prefix others share: a system prompt) — sched_plan's
+     * ring_snapshots, copied after the batch ran; a later request's cached prefix is cut
+     * back to the longest one that ends at a snapshot, on the device: its first entry names
+     * the snapshot to copy into its ring before it runs (sched_entry.ring_restore).  A snapshot goes when its block leaves the
+     * device (dropped or demoted), or, every slot used, the least recently used one no
+     * admitted request waits on goes for a new one. */
+    uint32_t window_snapshots;
     /* Bytes of one window ring (> 0 when window_rings and a host or disk tier): a swap
      * moves them in ceil(window_ring_bytes / (block_size × kv_bytes_per_token)) tier slots
      * beside the blocks, and the cost model charges them. */
@@ -775,7 +787,18 @@ typedef struct sched_entry {
                                (only before the window of start_pos) */
     uint32_t ring;          /* its window ring (sched_config.window_rings), or
                                SCHED_BLOCK_NONE without rings */
+    /* a ring snapshot (sched_config.window_snapshots) to copy into this entry's ring before
+     * the batch runs — it ends at start_pos —, or SCHED_BLOCK_NONE */
+    uint32_t ring_restore;
 } sched_entry;
+
+/* A ring snapshot to take once the batch ran (sched_config.window_snapshots): copy the
+ * window before position `end` (inside the rows of req's entry) from ring `ring` into
+ * snapshot slot `slot`. */
+typedef struct sched_ring_snapshot {
+    uint64_t req;
+    uint32_t ring, slot, end;
+} sched_ring_snapshot;
 
 typedef struct sched_release {
     uint64_t req;
@@ -871,6 +894,9 @@ typedef struct sched_plan {
      * it; step again at this time, or as soon as another request is submitted (0: not
      * holding) */
     uint64_t hold_until_us;
+    /* (h) ring snapshots to take after the batch ran, before the next plan's entries */
+    const sched_ring_snapshot *ring_snapshots;
+    uint32_t n_ring_snapshots;
 } sched_plan;
 
 /* What a batch costs to compute, as the step-time model sees it (sim/FORMATS.md): the same
@@ -963,6 +989,10 @@ typedef struct sched_counts {
     uint64_t prefix_hit_pool_tokens[SCHED_POOL__COUNT], prefix_self_pool_tokens[SCHED_POOL__COUNT];
     uint64_t prefix_demoted_blocks[SCHED_POOL__COUNT], prefix_reloaded_blocks[SCHED_POOL__COUNT];
     uint64_t prefix_recomputed_blocks[SCHED_POOL__COUNT];
+    /* ring snapshots (sched_config.window_snapshots): slots holding one (taken or being
+     * taken), and since creation those taken, hits that used one, those dropped */
+    uint32_t ring_snapshots;
+    uint64_t ring_snapshots_taken, ring_snapshot_hits, ring_snapshots_dropped;
 } sched_counts;
 
 void sched_get_counts(const sched *s, sched_counts *out);

@@ -297,8 +297,9 @@ Test(window, prefix_cache_keeps_the_prompt_chain)
 
 /* ---- window rings (sched_config.window_rings): gemma's windowed layers ------------------ */
 
+/* prefix: 0 no prefix cache, 1 on, 1 + n on with n ring snapshots */
 static sched *make_rings_tier(const char *preemption, uint32_t rings, uint32_t dev_blocks,
-                              uint32_t host_blocks, uint64_t ring_bytes, bool prefix,
+                              uint32_t host_blocks, uint64_t ring_bytes, uint32_t prefix,
                               sched_policy **pol)
 {
     sched_policy_error err;
@@ -314,8 +315,9 @@ static sched *make_rings_tier(const char *preemption, uint32_t rings, uint32_t d
         .kv_blocks_host = host_blocks,
         .host = {.out_bytes_per_s = 1e9, .in_bytes_per_s = 1e9, .latency_us = 10},
         .window_ring_bytes = ring_bytes,
-        .prefix_cache = prefix,
-        .prefix_cache_generated = prefix,
+        .prefix_cache = prefix > 0,
+        .prefix_cache_generated = prefix > 0,
+        .window_snapshots = prefix > 1 ? prefix - 1 : 0,
     };
     sched *s = NULL;
     cr_assert_eq(sched_create(*pol, &c, NULL, NULL, 1, &s), 0, "%s", sched_last_error());
@@ -325,7 +327,7 @@ static sched *make_rings_tier(const char *preemption, uint32_t rings, uint32_t d
 static sched *make_rings(const char *preemption, uint32_t rings, uint32_t dev_blocks,
                          sched_policy **pol)
 {
-    return make_rings_tier(preemption, rings, dev_blocks, 0, 0, false, pol);
+    return make_rings_tier(preemption, rings, dev_blocks, 0, 0, 0, pol);
 }
 
 /* What run_rings saw of the swaps: a swap moves its device blocks and its ring, whose bytes
@@ -461,7 +463,7 @@ Test(window, swap_moves_the_ring_with_its_blocks)
 {
     sched_policy *p;
     const uint64_t ring_bytes = BS * 1024 * 5 / 2;
-    sched *s = make_rings_tier("swap", 2, 8, 64, ring_bytes, false, &p);
+    sched *s = make_rings_tier("swap", 2, 8, 64, ring_bytes, 0, &p);
     for (uint64_t id = 1; id <= 3; id++)
         cr_assert_eq(submit(s, id, 8, 80, NULL, 0), 0, "%s", sched_last_error());
     ring_swaps sw = {.ring_bytes = ring_bytes, .ring_slots = 3};
@@ -505,7 +507,7 @@ Test(window, rings_with_a_tier_need_the_ring_bytes)
 Test(window, rings_cache_serves_a_sample_only)
 {
     sched_policy *p;
-    sched *s = make_rings_tier("recompute", 4, 64, 0, 0, true, &p);
+    sched *s = make_rings_tier("recompute", 4, 64, 0, 0, 1, &p);
     int32_t toks[48];
     for (int i = 0; i < 48; i++) toks[i] = 3 + i;
     uint64_t now = 1;
@@ -539,6 +541,123 @@ Test(window, rings_cache_serves_a_sample_only)
     cr_assert_eq(sched_get_request(s, 3, &in), 0);
     cr_assert_eq(in.cached_tokens, 40, "the sample shares its first sample's prompt: %u",
                  in.cached_tokens);
+    sched_destroy(s);
+    sched_policy_free(p);
+}
+
+/* Runs request id (prompt toks[0..len), max_new tokens) to its end; returns its first
+ * entry, and the ring snapshots its plans took in take[0..*n_take) (at most 2). */
+static sched_entry run_one(sched *s, uint64_t *now, uint64_t id, const int32_t *toks, uint32_t len,
+                           uint32_t max_new, sched_ring_snapshot *take, uint32_t *n_take)
+{
+    sched_req_info in;
+    sched_entry first = {.req = 0};
+    *n_take = 0;
+    cr_assert_eq(submit(s, id, len, max_new, toks, *now), 0, "%s", sched_last_error());
+    for (int i = 0; i < 200 && sched_get_request(s, id, &in) == 0; i++) {
+        const sched_plan *pl = iter(s, now, 0, 64);
+        const sched_entry *mine = NULL;
+        for (uint32_t k = 0; k < pl->n_entries; k++)
+            if (pl->entries[k].req == id) mine = &pl->entries[k];
+        if (mine && !first.req)
+            first = *mine;
+        else if (mine)
+            cr_assert_eq(mine->ring_restore, SCHED_BLOCK_NONE, "only its first entry restores");
+        for (uint32_t k = 0; k < pl->n_ring_snapshots; k++) {
+            const sched_ring_snapshot *r = &pl->ring_snapshots[k];
+            cr_assert_eq(r->req, id, "only request %llu runs", (unsigned long long)id);
+            cr_assert(mine && r->ring == mine->ring && r->end > mine->start_pos &&
+                          r->end <= mine->start_pos + mine->n_tokens,
+                      "a snapshot at %u from its entry's ring, inside its rows", r->end);
+            cr_assert_lt(*n_take, 2, "request %llu: at most two snapshots", (unsigned long long)id);
+            take[(*n_take)++] = *r;
+        }
+    }
+    cr_assert_eq(sched_get_request(s, id, &in), -ENOENT, "request %llu ended",
+                 (unsigned long long)id);
+    return first;
+}
+
+/* With ring snapshots (sched_config.window_snapshots) a request's prompt of 40 leaves one at
+ * position 32 (the last block boundary before its last token), taken once the entry whose
+ * rows reach 32 ran; the same prompt again finds 32 tokens cached and its first entry, at
+ * 32, restores that snapshot. One slot: a third prompt's snapshot replaces it (least
+ * recently used), and the first prompt then finds nothing cached for its ring. */
+Test(window, rings_cache_hits_at_a_ring_snapshot)
+{
+    sched_policy *p;
+    sched *s = make_rings_tier("recompute", 4, 64, 0, 0, 2, &p);
+    int32_t toks[48], other[48];
+    for (int i = 0; i < 48; i++) {
+        toks[i] = 3 + i;
+        other[i] = 300 + i;
+    }
+    uint64_t now = 1;
+    sched_ring_snapshot take[2], take2[2];
+    uint32_t nt, nt2;
+    sched_entry first = run_one(s, &now, 1, toks, 40, 4, take, &nt);
+    cr_assert_eq(first.ring_restore, SCHED_BLOCK_NONE, "nothing cached to restore");
+    cr_assert_eq(nt, 1, "request 1 took a snapshot");
+    cr_assert_eq(take[0].end, 32, "at the last block boundary before its last token: %u",
+                 take[0].end);
+
+    first = run_one(s, &now, 2, toks, 40, 4, take2, &nt2);
+    cr_assert_eq(first.start_pos, 32, "request 2 starts after its 32 cached tokens: %u",
+                 first.start_pos);
+    cr_assert_eq(first.ring_restore, take[0].slot, "and restores the snapshot first");
+    cr_assert_eq(nt2, 0, "one snapshot a prefix end");
+    sched_counts c;
+    sched_get_counts(s, &c);
+    cr_assert_eq(c.ring_snapshots, 1);
+    cr_assert_eq(c.ring_snapshots_taken, 1);
+    cr_assert_eq(c.ring_snapshot_hits, 1);
+    cr_assert_eq(c.prefix_hit_tokens, 32, "a hit in the cache's figures: %llu",
+                 (unsigned long long)c.prefix_hit_tokens);
+
+    run_one(s, &now, 3, other, 40, 4, take2, &nt2);
+    cr_assert_eq(nt2, 1);
+    cr_assert_eq(take2[0].slot, take[0].slot, "the one slot, replaced");
+    first = run_one(s, &now, 4, toks, 40, 4, take2, &nt2);
+    cr_assert_eq(first.start_pos, 0, "its snapshot gone, prompt 1 is computed again");
+    cr_assert_eq(first.ring_restore, SCHED_BLOCK_NONE);
+    sched_get_counts(s, &c);
+    cr_assert_eq(c.ring_snapshots_dropped, 2, "one replaced for request 3, one for request 4");
+    sched_destroy(s);
+    sched_policy_free(p);
+}
+
+/* A prefix two prompts share (a system prompt of 32 tokens, then different messages): the
+ * first leaves a snapshot at its own last boundary (48) only; the second finds the shared
+ * 32 tokens cached but no snapshot there, computes them, and takes one at 32 beside its
+ * own at 48; a third prompt with that system prompt finds 32 tokens cached and restores. */
+Test(window, rings_snapshot_where_prompts_share_a_prefix)
+{
+    sched_policy *p;
+    sched *s = make_rings_tier("recompute", 4, 64, 0, 0, 5, &p);
+    int32_t a[56], b[56], c3[56];
+    for (int i = 0; i < 56; i++) {
+        a[i] = b[i] = c3[i] = 3 + i;
+        if (i >= 32) {
+            a[i] = 100 + i;
+            b[i] = 200 + i;
+            c3[i] = 300 + i;
+        }
+    }
+    uint64_t now = 1;
+    sched_ring_snapshot take[2];
+    uint32_t nt;
+    sched_entry first = run_one(s, &now, 1, a, 56, 4, take, &nt);
+    cr_assert(nt == 1 && take[0].end == 48, "request 1: one snapshot, at 48");
+    first = run_one(s, &now, 2, b, 56, 4, take, &nt);
+    cr_assert_eq(first.start_pos, 0, "request 2: no snapshot at the shared 32 yet");
+    cr_assert_eq(nt, 2, "request 2: a snapshot where the shared prefix ends and at its end");
+    cr_assert(take[0].end == 32 && take[1].end == 48, "at 32 and 48: %u, %u", take[0].end,
+              take[1].end);
+    uint32_t at32 = take[0].slot;
+    first = run_one(s, &now, 3, c3, 56, 4, take, &nt);
+    cr_assert_eq(first.start_pos, 32, "request 3 finds the shared 32 tokens: %u", first.start_pos);
+    cr_assert_eq(first.ring_restore, at32, "through request 2's snapshot");
+    cr_assert(nt == 1 && take[0].end == 48, "and takes its own at 48");
     sched_destroy(s);
     sched_policy_free(p);
 }
