@@ -54,6 +54,11 @@ void exec_free(svc *s)
     free(s->ex.fork_id);
     free(s->ex.fork_n);
     free(s->ex.fork_ring);
+    free(s->ex.snaps);
+    free(s->ex.snap_end);
+    s->ex.snaps = NULL;
+    s->ex.snap_end = NULL;
+    s->ex.n_snaps = 0;
     s->ex.fork_id = NULL;
     s->ex.fork_n = NULL;
     s->ex.fork_ring = NULL;
@@ -98,6 +103,79 @@ struct svc_ring_copy {
 void exec_ring_copy_put(struct svc_ring_copy *c)
 {
     if (c && !--c->refs) free(c);
+}
+
+/* ---- ring snapshots ------------------------------------------------------------------
+ *
+ * The prefix cache's hits for other requests (sched/ringsnap.c): a snapshot slot holds the
+ * ring blocks of the window before a cached prefix's end, block (end / bs - snap_blocks + i)
+ * of the sequence in slot block i — position p lives in ring block (p / bs) mod ring_blocks
+ * in every ring, so a snapshot goes back into any ring at the same ring blocks, and the
+ * positions a hitting sequence's windows read below its prefix's end are those the
+ * sequence that took it had computed. Blocks before position 0 are skipped. */
+int exec_snap_init(svc *s, uint32_t n)
+{
+    const int bs = eng_kv_block_size(s->engine), R = eng_kv_ring_blocks(s->engine);
+    const int window = eng_model_hparams_of(s->model)->swa_window;
+    if (!n || R <= 0) return 0;
+    uint32_t w = (uint32_t)((window + bs - 1) / bs);
+    if (w > (uint32_t)R) w = (uint32_t)R;
+    s->ex.ring_blocks = (uint32_t)R;
+    s->ex.snap_blocks = w;
+    s->ex.ring_block_bytes = eng_kv_ring_bytes(s->engine) / (size_t)R;
+    s->ex.snaps = malloc((size_t)n * w * s->ex.ring_block_bytes);
+    s->ex.snap_end = calloc(n, sizeof(uint32_t));
+    if (!s->ex.snaps || !s->ex.snap_end) return -ENOMEM;
+    s->ex.n_snaps = n;
+    return 0;
+}
+
+/* Copies the window before `end` between ring `ring` and snapshot `slot` (to the slot when
+ * take, else from it). */
+static void snap_copy(svc *s, uint32_t slot, uint32_t ring, uint32_t end, bool take)
+{
+    unsigned char *rp = eng_kv_ring_ptr(s->engine, (int)ring);
+    const size_t rbb = s->ex.ring_block_bytes;
+    const uint32_t w = s->ex.snap_blocks, bs = (uint32_t)eng_kv_block_size(s->engine);
+    unsigned char *sp = s->ex.snaps + (size_t)slot * w * rbb;
+    for (uint32_t i = 0; i < w; i++) {
+        if (end / bs + i < w) continue; /* before position 0 */
+        uint32_t blk = end / bs + i - w;
+        unsigned char *rb = rp + (size_t)(blk % s->ex.ring_blocks) * rbb;
+        if (take)
+            memcpy(sp + (size_t)i * rbb, rb, rbb);
+        else
+            memcpy(rb, sp + (size_t)i * rbb, rbb);
+    }
+}
+
+/* Before an entry runs: restore the snapshot its cached prefix ends at. False when it
+ * cannot (a slot out of range or ending elsewhere: the books disagree; it fails). */
+static bool snap_restore(svc *s, const sched_entry *e)
+{
+    if (e->ring_restore == SCHED_BLOCK_NONE) return true;
+    if (e->ring_restore >= s->ex.n_snaps || e->ring == SCHED_BLOCK_NONE ||
+        s->ex.snap_end[e->ring_restore] != e->start_pos ||
+        !eng_kv_ring_ptr(s->engine, (int)e->ring))
+        return false;
+    snap_copy(s, e->ring_restore, e->ring, e->start_pos, false);
+    return true;
+}
+
+/* After the batch ran: the snapshots the plan takes (the ring still holds the window before
+ * each end: a ring spans a window and one batch's rows). A request whose entry was not run
+ * has ended (failed) by now: the scheduler frees its slot, never filled. */
+static void snap_take_all(svc *s, const sched_plan *p)
+{
+    for (uint32_t k = 0; k < p->n_ring_snapshots; k++) {
+        const sched_ring_snapshot *t = &p->ring_snapshots[k];
+        const svc_req *r = req_find(s, t->req);
+        if (!r || req_state_ended(r->state) || t->slot >= s->ex.n_snaps ||
+            !eng_kv_ring_ptr(s->engine, (int)t->ring))
+            continue;
+        snap_copy(s, t->slot, t->ring, t->end, true);
+        s->ex.snap_end[t->slot] = t->end;
+    }
 }
 
 /* After the batch ran: each leader it forked gives its samples a copy of its ring. */
@@ -236,7 +314,7 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
             r->ring_copy = NULL;
         }
         /* The scheduler's block ids are the engine's (int32 in the engine's table). */
-        if (!r || req_state_ended(r->state) || e->n_tokens == 0 ||
+        if (!r || req_state_ended(r->state) || e->n_tokens == 0 || !snap_restore(s, e) ||
             e->start_pos + e->n_tokens > known ||
             eng_bb_add_logits(bb, r->tokens, e->start_pos, e->n_tokens, (const int32_t *)e->blocks,
                               e->n_blocks, n_lrows) < 0 ||
@@ -314,6 +392,7 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
         return 0;
     }
     if (s->ex.rings) copy_fork_rings(s);
+    snap_take_all(s, p);
     /* Logits rows in order: a sequence's prompt rows, then its sampled row. */
     for (int li = 0; li < L; li++) {
         svc_req *r = s->ex.b_req[li];

@@ -88,9 +88,12 @@ static void usage(FILE *f)
         "                           max_active_seqs), its blocks hold the global layers only;\n"
         "                           a swap moves a ring (its last window) with the blocks;\n"
         "                           n > 1 samples share the prompt's blocks, each on a copy\n"
-        "                           of the leader's ring; the prefix cache serves only them\n"
-        "                           with rings. off: every layer in the blocks, as other\n"
-        "                           models\n"
+        "                           of the leader's ring; other requests hit the prefix\n"
+        "                           cache at ring snapshots. off: every layer in the\n"
+        "                           blocks, as other models\n"
+        "  --kv-ring-snapshots N|off with rings and the prefix cache: keep N copies of the\n"
+        "                           window before a cached prompt's end (default: as many as\n"
+        "                           rings), so other requests with that prompt hit the cache\n"
         "  --host-kv-blocks N       pinned host KV tier blocks (default 0: no host tier)\n"
         "  --disk-kv FILE           disk KV tier file (O_DIRECT where the filesystem allows)\n"
         "  --disk-kv-blocks N       disk KV tier blocks\n"
@@ -163,6 +166,23 @@ static int parse_uint(const char *opt, const char *v, unsigned long max, unsigne
         return -1;
     }
     *out = x;
+    return 0;
+}
+
+/* A count of at least 1, or "off" (-1 in *out). */
+static int parse_count_or_off(const char *opt, const char *v, unsigned long max, int *out)
+{
+    unsigned long x;
+    if (!strcmp(v, "off")) {
+        *out = -1;
+        return 0;
+    }
+    if (parse_uint(opt, v, max, &x)) return -1;
+    if (!x) {
+        fprintf(stderr, "ringlmd: %s must be >= 1 or off\n", opt);
+        return -1;
+    }
+    *out = (int)x;
     return 0;
 }
 
@@ -464,6 +484,7 @@ int main(int argc, char **argv)
         O_FAILREADS,
         O_KEEPWIN,
         O_KVRINGS,
+        O_KVSNAPS,
         O_CUDADEV,
         O_CUDADTYPE,
         O_NOGRAPHS,
@@ -498,6 +519,7 @@ int main(int argc, char **argv)
         {"no-cuda-graphs", no_argument, 0, O_NOGRAPHS},
         {"kv-blocks", required_argument, 0, O_KVB},
         {"kv-rings", required_argument, 0, O_KVRINGS},
+        {"kv-ring-snapshots", required_argument, 0, O_KVSNAPS},
         {"kv-block-size", required_argument, 0, O_KVBS},
         {"host-kv-blocks", required_argument, 0, O_HKVB},
         {"disk-kv", required_argument, 0, O_DKV},
@@ -653,16 +675,11 @@ int main(int argc, char **argv)
             sc.kv_blocks = (int)v;
             break;
         case O_KVRINGS:
-            if (!strcmp(optarg, "off")) {
-                sc.kv_rings = -1;
-                break;
-            }
-            if (parse_uint("--kv-rings", optarg, 1u << 20, &v)) return 2;
-            if (!v) {
-                fprintf(stderr, "ringlmd: --kv-rings must be >= 1 or off\n");
+            if (parse_count_or_off("--kv-rings", optarg, 1u << 20, &sc.kv_rings)) return 2;
+            break;
+        case O_KVSNAPS:
+            if (parse_count_or_off("--kv-ring-snapshots", optarg, 1u << 16, &sc.kv_ring_snapshots))
                 return 2;
-            }
-            sc.kv_rings = (int)v;
             break;
         case O_KVBS:
             if (parse_uint("--kv-block-size", optarg, 4096, &v)) return 2;

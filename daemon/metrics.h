@@ -193,6 +193,9 @@ typedef struct metrics_prefix {
     uint64_t unheld[SCHED_POOL__COUNT];
     uint64_t hit_cross[SCHED_POOL__COUNT], hit_self[SCHED_POOL__COUNT];
     uint64_t demoted[SCHED_POOL__COUNT], reloaded[SCHED_POOL__COUNT];
+    /* ring snapshots (window rings): held and their bytes; taken, used by a hit, dropped */
+    uint64_t ring_snapshots, ring_snapshot_bytes;
+    uint64_t ring_taken, ring_hits, ring_dropped;
 } metrics_prefix;
 void metrics_set_prefix(metrics *m, const metrics_prefix *p);
 /* One loop iteration: its duration and the tokens it executed (0 for an idle wake; a

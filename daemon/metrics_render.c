@@ -353,6 +353,21 @@ static void render(FILE *f, const metrics *m, const snap *s)
     for (int t = SCHED_POOL_HOST; t < SCHED_POOL__COUNT; t++)
         fprintf(f, "ringlm_prefix_cache_reloaded_blocks_total{tier=\"%s\"} %llu\n",
                 sched_pool_name((sched_pool)t), (unsigned long long)s->prefix.reloaded[t]);
+    head(f, "ringlm_prefix_cache_ring_snapshots", "gauge",
+         "Window-ring snapshots kept for prefix-cache hits (models with window rings).");
+    fprintf(f, "ringlm_prefix_cache_ring_snapshots %llu\n",
+            (unsigned long long)s->prefix.ring_snapshots);
+    head(f, "ringlm_prefix_cache_ring_snapshot_bytes", "gauge",
+         "Bytes of the window-ring snapshots kept.");
+    fprintf(f, "ringlm_prefix_cache_ring_snapshot_bytes %llu\n",
+            (unsigned long long)s->prefix.ring_snapshot_bytes);
+    head(f, "ringlm_prefix_cache_ring_snapshots_total", "counter",
+         "Window-ring snapshots taken, used by a prefix-cache hit, and dropped.");
+    const uint64_t rs[3] = {s->prefix.ring_taken, s->prefix.ring_hits, s->prefix.ring_dropped};
+    const char *rn[3] = {"taken", "hit", "dropped"};
+    for (int k = 0; k < 3; k++)
+        fprintf(f, "ringlm_prefix_cache_ring_snapshots_total{event=\"%s\"} %llu\n", rn[k],
+                (unsigned long long)rs[k]);
 }
 
 /* ---- vLLM's metric set -------------------------------------------------------------- */

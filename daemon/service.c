@@ -422,9 +422,9 @@ int svc_create(const svc_config *cfg, svc **out)
      * .kv_rings). A swap moves a sequence's ring beside its blocks (transfers.c), only
      * its last window whatever its length. A ring holds the last window of one sequence
      * and nothing else: n > 1 samples share the prompt's global blocks through the prefix
-     * cache, each on a ring of its own copied from the leader's at the fork (execute.c); the
-     * cache serves them only (sched_config.window_rings: a hit of another request would need
-     * the ring of the cached prompt's last window). */
+     * cache, each on a ring of its own copied from the leader's at the fork (execute.c);
+     * other requests hit where a ring snapshot of the window before a cached prompt's end
+     * was kept (sched_config.window_snapshots, execute.c). */
     const bool cpu_backend = !s->cfg.backend || !strcmp(s->cfg.backend, "cpu");
     int kv_rings = 0;
     /* the most rows one sequence brings to a batch: a prefill chunk in token-budget mode
@@ -470,6 +470,16 @@ int svc_create(const svc_config *cfg, svc **out)
         rc = seterr(rc, "batch buffers: %s", eng_errmsg());
         goto fail;
     }
+    /* ring snapshots: as many as rings unless --kv-ring-snapshots says (prefix cache on) */
+    const uint32_t n_snaps =
+        !kv_rings || s->cfg.no_prefix_cache || cfg->kv_ring_snapshots < 0
+            ? 0
+            : (uint32_t)(cfg->kv_ring_snapshots ? cfg->kv_ring_snapshots : kv_rings);
+    rc = exec_snap_init(s, n_snaps);
+    if (rc < 0) {
+        rc = seterr(rc, "%u ring snapshots: out of memory", n_snaps);
+        goto fail;
+    }
 
     char cwhy[256] = "";
     rc = cn_create(s, cwhy, sizeof cwhy);
@@ -503,6 +513,7 @@ int svc_create(const svc_config *cfg, svc **out)
         /* gemma's windowed layers in rings: a sequence holding blocks holds one */
         .window_rings = (uint32_t)eng_kv_rings(s->engine),
         .window_ring_bytes = eng_kv_ring_bytes(s->engine),
+        .window_snapshots = s->ex.n_snaps,
     };
     if (kv_rings && progress) {
         const eng_model_hparams *hp = eng_model_hparams_of(s->model);
@@ -510,11 +521,13 @@ int svc_create(const svc_config *cfg, svc **out)
         for (int l = 0; l < s->mcfg->n_layers; l++) global += !eng_layer_windowed(hp, l);
         svc_log("windowed layers (%d of %d, window %d) keep their K/V in %d rings of %d blocks "
                 "(%zu bytes a ring), global layers in %d blocks of %zu bytes; a swap moves a "
-                "ring with its blocks; n > 1 samples copy the leader's ring, and the prefix "
-                "cache serves them only",
+                "ring with its blocks; n > 1 samples copy the leader's ring; prefix cache "
+                "hits of other requests: %u ring snapshots of %u blocks (%zu bytes)",
                 s->mcfg->n_layers - global, s->mcfg->n_layers, hp->swa_window, kv_rings,
                 eng_kv_ring_blocks(s->engine), eng_kv_ring_bytes(s->engine),
-                eng_kv_blocks(s->engine), eng_kv_block_bytes(s->engine));
+                eng_kv_blocks(s->engine), eng_kv_block_bytes(s->engine), s->ex.n_snaps,
+                s->ex.snap_blocks,
+                (size_t)s->ex.n_snaps * s->ex.snap_blocks * s->ex.ring_block_bytes);
     }
     if (sc.attention_window && progress)
         svc_log("every layer attends to the last %u positions: sequences give back the KV "

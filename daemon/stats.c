@@ -194,7 +194,14 @@ void stats_update_gauges(svc *s, uint64_t iter_us, uint32_t batch_tokens)
                            s->n_iterations);
     for (sched_pool p = SCHED_POOL_DEVICE; p < SCHED_POOL__COUNT; p++)
         metrics_set_kv(s->mx, p, c.kv_used[p], c.kv_total[p]);
-    metrics_prefix mp = {.query_tokens = c.prefix_query_tokens, .hit_tokens = c.prefix_hit_tokens};
+    metrics_prefix mp = {.query_tokens = c.prefix_query_tokens,
+                         .hit_tokens = c.prefix_hit_tokens,
+                         .ring_snapshots = c.ring_snapshots,
+                         .ring_snapshot_bytes = (uint64_t)c.ring_snapshots * s->ex.snap_blocks *
+                                                s->ex.ring_block_bytes,
+                         .ring_taken = c.ring_snapshots_taken,
+                         .ring_hits = c.ring_snapshot_hits,
+                         .ring_dropped = c.ring_snapshots_dropped};
     for (int t = 0; t < SCHED_POOL__COUNT; t++) {
         mp.unheld[t] = c.kv_cached[t];
         mp.hit_self[t] = c.prefix_self_pool_tokens[t];

@@ -17,6 +17,8 @@
 
 #include "tests/daemon_helpers.h"
 #include "tests/gguf_test_util.h"
+#include "tests/helpers.h"
+#include "tools/prom.h"
 
 #define WINDOW 32
 
@@ -382,4 +384,134 @@ Test(daemon_window, gemma2_preempted_on_rings_recomputes, .init = mk_tmpdir, .fi
     cr_assert_gt(recomputes, 0, "40 blocks for two sequences of 26: a preemption");
     streams_equal_then_clean(&d, got, want,
                              "streams after recompute on rings differ from the reference");
+}
+
+/* ---- ring snapshots: prefix-cache hits of other requests on rings ----------------------
+ *
+ * A first request's prompt of 70 tokens leaves a snapshot of its ring at position 64 (the
+ * last block boundary before its last token: the window before it, positions 32-63); a
+ * second request, whose prompt of 80 tokens goes on from those 70 (a conversation's next
+ * turn), finds its first 64 tokens cached and prefills 16. Its ring is one the first
+ * request wrote to position 130, so without the snapshot's copy positions 32-63 of its
+ * windowed layers would be others: both streams equal the reference, the same requests on
+ * every layer in the blocks. With --kv-ring-snapshots off the second finds nothing. */
+static void mixed_snapshot_hit(bool gemma3)
+{
+    need_daemon_binary();
+    char model[512];
+    mixed_model(model, sizeof model, gemma3);
+    static px_conc_job both, first, second;
+    memset(&both, 0, sizeof both);
+    both.n = 2;
+    for (int k = 0; k < 80; k++) both.prompt[0][k] = both.prompt[1][k] = 3 + (37 * k) % 250;
+    both.n_prompt[0] = 70;
+    both.n_prompt[1] = 80;
+    both.max_new = 60;
+    char *want = mixed_reference(model, &both);
+    first = second = both;
+    first.n = second.n = 1;
+    memcpy(second.prompt[0], both.prompt[1], sizeof second.prompt[0]);
+    second.n_prompt[0] = 80;
+
+    for (int off = 0; off < 2; off++) {
+        const char *on[] = {"--kv-blocks", "32",        "--kv-block-size", "16", "--kv-rings",
+                            "2",           "--metrics", "127.0.0.1:0",     NULL};
+        const char *no[] = {
+            "--kv-blocks",         "32",  "--kv-block-size", "16",          "--kv-rings", "2",
+            "--kv-ring-snapshots", "off", "--metrics",       "127.0.0.1:0", NULL};
+        dmn d;
+        dmn_start_for(&d, model, policy("recompute"), off ? no : on, &first.sock, &first.out);
+        second.sock = first.sock;
+        second.out = first.out;
+        const char *log = th_daemon_output(&d.th);
+        cr_assert(strstr(log, off ? "0 ring snapshots" : "2 ring snapshots of 2 blocks"),
+                  "the daemon logs its snapshots: %s", log);
+        dmn_run_client(&d, client_px_concurrent, &first, "client (first turn)");
+        char *a = slurp(first.out);
+        cr_assert_not_null(a);
+        dmn_run_client(&d, client_px_concurrent, &second, "client (second turn)");
+        /* the hit in the metrics: 64 tokens found cached, through one snapshot */
+        double hit = -1, used = -1, want_hit = off ? 0 : 64, want_used = off ? 0 : 1;
+        for (uint64_t deadline = th_now_ms() + 5000;;) { /* published every few ms */
+            int status = 0;
+            char *body = th_http_get(dmn_metrics_port(&d), "/metrics", &status, NULL, 0);
+            if (body && status == 200) {
+                hit = prom_value(body, "vllm:prefix_cache_hits_total");
+                used = prom_value(body, "ringlm_prefix_cache_ring_snapshots_total{event=\"hit\"}");
+            }
+            free(body);
+            if ((hit == want_hit && used == want_used) || th_now_ms() > deadline) break;
+            th_pause_ms(2);
+        }
+        cr_assert_eq(hit, want_hit, "vllm:prefix_cache_hits_total %g", hit);
+        cr_assert_eq(used, want_used, "snapshot hits %g", used);
+        char *b = dmn_stop_output(&d);
+        char got[2 * 4096 + 2];
+        snprintf(got, sizeof got, "%s%s", a, b);
+        int hits = count_lines2(d.declog, "\"ev\":\"cache_hit\"", "\"cached_tokens\":64");
+        cr_log_info("%s, snapshots %s: %d hits of 64 tokens", gemma3 ? "gemma3" : "gemma2",
+                    off ? "off" : "on", hits);
+        cr_assert_eq(hits, off ? 0 : 1, "the second turn found 64 tokens cached: %d hits", hits);
+        cr_assert_str_eq(got, want, "snapshots %s: streams differ from every layer in the blocks",
+                         off ? "off" : "on");
+        dmn_cleanup(&d);
+        free(a);
+        free(b);
+    }
+    free(want);
+}
+
+GEMMA2_AND_GEMMA3(mixed_snapshot_hit, gemma2_prompt_hits_cache_through_ring_snapshot,
+                  gemma3_prompt_hits_cache_through_ring_snapshot)
+
+/* A system prompt of 40 tokens shared by three requests with different messages of 30, one
+ * after another, prefill chunks of 24 (rings of 5 blocks; block boundaries fall inside the
+ * chunks): the first leaves a snapshot at its own last boundary (64) only; the second finds
+ * the shared 32 tokens' blocks cached but no snapshot there, so computes them and takes
+ * one at 32 (in the middle of its second chunk); the third finds 32 tokens cached through
+ * it. The three streams equal the reference's. */
+Test(daemon_window, gemma2_shared_system_prompt_hits_from_the_third_request, .init = mk_tmpdir,
+     .fini = rm_tmpdir, .timeout = 300)
+{
+    need_daemon_binary();
+    char model[512];
+    mixed_model(model, sizeof model, false);
+    static px_conc_job all, one;
+    memset(&all, 0, sizeof all);
+    all.n = 3;
+    for (int i = 0; i < 3; i++) {
+        for (int k = 0; k < 70; k++)
+            all.prompt[i][k] = 3 + (k < 40 ? 37 * k : 41 * k + 59 * i) % 250;
+        all.n_prompt[i] = 70;
+    }
+    all.max_new = 40;
+    char *want = mixed_reference(model, &all);
+    static const char *const chunked =
+        "[scheduler]\nmode = token_budget\ntoken_budget = 64\nmax_active_seqs = 8\n"
+        "prefill_chunk = 24\npreemption = recompute\nmin_residency = 0us\nmax_preemptions = 0\n";
+    const char *flags[] = {"--kv-blocks", "32", "--kv-block-size", "16", "--kv-rings", "2", NULL};
+    dmn d;
+    dmn_start_for(&d, model, chunked, flags, &all.sock, &all.out);
+    const char *log = th_daemon_output(&d.th);
+    cr_assert(strstr(log, "in 2 rings of 5 blocks"), "rings of (32 + 24) / 16 + 1: %s", log);
+    char got[3 * 4096 + 3] = "";
+    for (int i = 0; i < 3; i++) {
+        one = all;
+        one.n = 1;
+        memcpy(one.prompt[0], all.prompt[i], sizeof one.prompt[0]);
+        one.n_prompt[0] = 70;
+        dmn_run_client(&d, client_px_concurrent, &one, "client (one request)");
+        char *o = slurp(one.out);
+        cr_assert_not_null(o);
+        strncat(got, o, sizeof got - strlen(got) - 1);
+        free(o);
+    }
+    char *last = dmn_stop_output(&d);
+    free(last);
+    int hits = count_lines2(d.declog, "\"ev\":\"cache_hit\"", "\"cached_tokens\":32");
+    cr_assert_eq(hits, 1, "the third request found the system prompt's 32 tokens: %d hits", hits);
+    cr_assert_eq(count_lines(d.declog, "\"ev\":\"cache_hit\""), 1, "and no other hit");
+    streams_equal_then_clean(
+        &d, strdup(got), want,
+        "streams through a shared prompt's snapshot differ from the reference");
 }
