@@ -485,11 +485,22 @@ void exec_warm_up(svc *s)
     if (n > nblocks * bs) n = nblocks * bs;
     if (n < 1 || s->max_seqs < 1) return;
     /* Token 1 everywhere; the prefill's table is blocks 0, 1, ... (its slots are 0..n-1),
-     * each decode row q sits alone at position 0 of block q. */
+     * each decode row q sits alone at position 0 of block q. With window rings a sequence
+     * brings at most ring_rows rows: the prefill is split among sequences of that many, each
+     * on a ring of its own and blocks of its own (as many as the rings allow). */
     int n_decode = s->max_seqs < nblocks ? s->max_seqs : nblocks;
     const int rings = eng_kv_rings(s->engine); /* the batches' rows write rings 0, 1, ... */
     if (rings && n_decode > rings) n_decode = rings;
+    const int per = rings && s->ex.ring_rows > 0 && s->ex.ring_rows < n ? s->ex.ring_rows : n;
+    const int per_blocks = (per + bs - 1) / bs;
+    int n_pre = (n + per - 1) / per; /* prefill sequences */
+    if (n_pre > (rings ? rings : 1)) n_pre = rings ? rings : 1;
+    if (n_pre > s->max_seqs) n_pre = s->max_seqs;
+    if (n_pre * per_blocks > nblocks) n_pre = nblocks / per_blocks;
+    if (n_pre < 1) return;
+    if (n > n_pre * per) n = n_pre * per;
     int n_ids = s->ex.bt_stride > n_decode ? s->ex.bt_stride : n_decode;
+    if (n_ids < n_pre * per_blocks) n_ids = n_pre * per_blocks;
     int32_t *ones = malloc(sizeof(int32_t) * (size_t)n);
     int32_t *table = malloc(sizeof(int32_t) * (size_t)n_ids);
     if (!ones || !table) {
@@ -504,10 +515,17 @@ void exec_warm_up(svc *s)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int pass = 0; pass < 2; pass++) {
         eng_bb_reset(&s->ex.bb);
-        int S = pass == 0 ? 1 : n_decode;
-        if (pass == 0) {
+        int S = pass == 0 ? n_pre : n_decode;
+        if (pass == 0 && n_pre == 1) {
             eng_bb_add(&s->ex.bb, ones, 0, (uint32_t)n, table, (uint32_t)n_table, true);
             if (rings) eng_bb_set_ring(&s->ex.bb, 0);
+        } else if (pass == 0) {
+            for (int q = 0; q < S; q++) {
+                int rows = n - q * per < per ? n - q * per : per;
+                eng_bb_add(&s->ex.bb, ones, 0, (uint32_t)rows, &table[q * per_blocks],
+                           (uint32_t)per_blocks, true);
+                eng_bb_set_ring(&s->ex.bb, q);
+            }
         } else {
             for (int q = 0; q < S; q++) {
                 eng_bb_add(&s->ex.bb, ones, 0, 1, &table[q], 1, true);
@@ -531,6 +549,7 @@ void exec_warm_up(svc *s)
     free(ones);
     free(table);
     if (!s->cfg.quiet)
-        svc_log("warm-up: %d-token prefill and a decode batch in %.1f ms", n,
+        svc_log("warm-up: %d-token prefill (%d sequence%s) and a decode batch in %.1f ms", n, n_pre,
+                n_pre > 1 ? "s" : "",
                 (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
 }

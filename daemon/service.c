@@ -475,6 +475,7 @@ int svc_create(const svc_config *cfg, svc **out)
         !kv_rings || s->cfg.no_prefix_cache || cfg->kv_ring_snapshots < 0
             ? 0
             : (uint32_t)(cfg->kv_ring_snapshots ? cfg->kv_ring_snapshots : kv_rings);
+    s->ex.ring_rows = kv_rings ? ring_rows : 0;
     rc = exec_snap_init(s, n_snaps);
     if (rc < 0) {
         rc = seterr(rc, "%u ring snapshots: out of memory", n_snaps);

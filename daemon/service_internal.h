@@ -274,6 +274,7 @@ struct svc {
         uint32_t *snap_end;
         uint32_t n_snaps, snap_blocks, ring_blocks;
         size_t ring_block_bytes;
+        int ring_rows; /* window rings: the most rows one sequence brings to a batch */
     } ex;
 
     /* transfers.c: --verify-swaps */

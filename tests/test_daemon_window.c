@@ -426,6 +426,8 @@ static void mixed_snapshot_hit(bool gemma3)
         const char *log = th_daemon_output(&d.th);
         cr_assert(strstr(log, off ? "0 ring snapshots" : "2 ring snapshots of 2 blocks"),
                   "the daemon logs its snapshots: %s", log);
+        /* its warm-up fits the rings: chunks of 16 rows (a ring's), one a ring */
+        cr_assert(strstr(log, "warm-up: 32-token prefill (2 sequences)"), "warm-up: %s", log);
         dmn_run_client(&d, client_px_concurrent, &first, "client (first turn)");
         char *a = slurp(first.out);
         cr_assert_not_null(a);
