@@ -170,10 +170,21 @@ static void snap_take_all(svc *s, const sched_plan *p)
     for (uint32_t k = 0; k < p->n_ring_snapshots; k++) {
         const sched_ring_snapshot *t = &p->ring_snapshots[k];
         const svc_req *r = req_find(s, t->req);
-        if (!r || req_state_ended(r->state) || t->slot >= s->ex.n_snaps ||
+        if (t->before || !r || req_state_ended(r->state) || t->slot >= s->ex.n_snaps ||
             !eng_kv_ring_ptr(s->engine, (int)t->ring))
             continue;
         snap_copy(s, t->slot, t->ring, t->end, true);
+        s->ex.snap_end[t->slot] = t->end;
+    }
+}
+
+void exec_snap_before(svc *s, const sched_plan *p)
+{
+    for (uint32_t k = 0; k < p->n_ring_snapshots; k++) {
+        const sched_ring_snapshot *t = &p->ring_snapshots[k];
+        if (!t->before || t->slot >= s->ex.n_snaps || !eng_kv_ring_ptr(s->engine, (int)t->ring))
+            continue;
+        snap_copy(s, t->slot, t->ring, t->end, true); /* the ring as its sequence finished */
         s->ex.snap_end[t->slot] = t->end;
     }
 }

@@ -155,6 +155,7 @@ static int iterate(void *ctx, uint64_t now_us)
     uint64_t exec_us = 0;
     uint32_t batch_tokens = 0;
     if (p) {
+        if (p->n_ring_snapshots) exec_snap_before(s, p);
         req_plan_ended(s, p);
         /* in plan order: a demotion completes before anything after it; swaps and prefix
          * reloads run on the ring beside the steps, their requests waiting (sched_transfer) */

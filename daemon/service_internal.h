@@ -457,6 +457,9 @@ void exec_ring_copy_put(struct svc_ring_copy *c);
 /* n ring snapshot slots (window rings and the prefix cache; 0: none), each the window
  * before a cached prefix's end. 0 or -ENOMEM. */
 int exec_snap_init(svc *s, uint32_t n);
+/* The plan's ring snapshots of finished sequences (sched_ring_snapshot.before): taken first
+ * of all, before its transfers or entries write the rings they gave back. */
+void exec_snap_before(svc *s, const sched_plan *p);
 /* Builds and runs one flattened batch from the plan's entries; fills s->results.
  * Returns the number of results (entries executed) or -errno. */
 int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us);

@@ -302,6 +302,7 @@ struct sched {
     sched_plan plan;
     VEC(sched_entry) entries;
     VEC(sched_ring_snapshot) snap_takes; /* the plan's ring_snapshots */
+    VEC(sched_ring_snapshot) snap_acc;   /* finish snapshots since: the next plan's */
     VEC(sched_release) rel_plan, rel_acc;
     VEC(sched_transfer) transfers;
     VEC(uint32_t) xfer_blocks;
@@ -619,6 +620,10 @@ void sc_snap_entry(sched *s, req *r, sched_entry *e);
 void sc_snap_commit(sched *s, req *r);
 /* r gives up its device blocks: its pin and a snapshot not yet taken go */
 void sc_snap_release(sched *s, req *r);
+/* r finished (its ring still as it left it): a snapshot at its last computed boundary */
+void sc_snap_finish(sched *s, req *r);
+/* the step's plan: the finish snapshots since the last one join its list */
+void sc_snap_seal(sched *s);
 /* the cached block keyed key left the device: its snapshot goes */
 void sc_snap_dropped(sched *s, sched_prefix_key key);
 uint32_t sc_snap_held(const sched *s);

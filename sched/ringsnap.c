@@ -16,7 +16,10 @@
  * each, the plan whose entry's rows reach it names a slot (sched_plan.ring_snapshots):
  * right after the batch the ring still holds the window before it (a ring spans window +
  * the rows of one batch, and every row's window is kept), and the caller copies it.  The
- * slot is PENDING until the commit that passed its end, READY after.  No snapshot is taken
+ * slot is PENDING until the commit that passed its end, READY after.  And a sequence that
+ * finishes takes one at the last block boundary it computed (its answer's blocks are cached
+ * too): the next plan copies it first of all, before anything can write the ring it gave
+ * back (sched_ring_snapshot.before), so the slot is READY at once.  No snapshot is taken
  * where one for that block exists.
  *
  * Using one: a request that is not a sample's first start (those copy their first
@@ -170,6 +173,31 @@ void sc_snap_release(sched *s, req *r)
             s->snaps[r->snap_take[j]] = (struct ring_snap){0};
             r->snap_take[j] = SCHED_BLOCK_NONE;
         }
+}
+
+void sc_snap_finish(sched *s, req *r)
+{
+    if (!s->n_snaps || r->ring == SCHED_BLOCK_NONE || !r->pcache) return;
+    uint32_t bs = s->conf.block_size, nb = r->computed / bs;
+    /* its answer's blocks are cached (prefix_cache_generated): a hit can end there */
+    if (!nb || nb > r->n_pnodes || nb > r->n_pkeys) return;
+    sched_prefix_key key = r->pkeys[nb - 1];
+    if (find(s, key, RS_READY) != SCHED_BLOCK_NONE || find(s, key, RS_PENDING) != SCHED_BLOCK_NONE)
+        return;
+    uint32_t k = take_slot(s);
+    if (k == SCHED_BLOCK_NONE) return;
+    /* ready now: the copy comes first in the next plan, before any restore from it */
+    s->snaps[k] = (struct ring_snap){.key = key, .state = RS_READY, .used = ++s->snap_clock};
+    s->snap_taken++;
+    sched_ring_snapshot t = {
+        .req = r->id, .ring = r->ring, .slot = k, .end = nb * bs, .before = true};
+    VEC_PUSH(s, s->snap_acc, t);
+}
+
+void sc_snap_seal(sched *s)
+{
+    for (uint32_t i = 0; i < s->snap_acc.n; i++) VEC_PUSH(s, s->snap_takes, s->snap_acc.a[i]);
+    s->snap_acc.n = 0;
 }
 
 void sc_snap_dropped(sched *s, sched_prefix_key key)

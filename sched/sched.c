@@ -157,6 +157,7 @@ void sched_destroy(sched *s)
     free(s->px_mv);
     free(s->entries.a);
     free(s->snap_takes.a);
+    free(s->snap_acc.a);
     free(s->rel_plan.a);
     free(s->rel_acc.a);
     free(s->transfers.a);
@@ -183,6 +184,7 @@ void sc_release_now(sched *s, uint32_t slot, uint64_t now, bool into_plan)
     req *r = &s->reqs[slot];
     sched_release rel = {.req = r->id, .why = (sched_event_kind)r->end_kind};
     if (r->rc_active) sc_rc_end(s, r, SCHED_OUTCOME_ABANDONED, now);
+    if (r->end_kind == SCHED_EV_FINISH) sc_snap_finish(s, r); /* before its ring goes */
     uint8_t tier = r->tier;
     rel.blocks[SCHED_POOL_DEVICE] = sc_dev_free_all(s, r);
     rel.blocks[tier] += sc_tier_free_all(s, r);
@@ -416,6 +418,7 @@ const sched_plan *sched_step(sched *s, uint64_t now)
     pl->n_releases = s->rel_plan.n;
     pl->entries = s->entries.a;
     pl->n_entries = s->entries.n;
+    sc_snap_seal(s);
     pl->ring_snapshots = s->snap_takes.a;
     pl->n_ring_snapshots = s->snap_takes.n;
     pl->transfers = s->transfers.a;

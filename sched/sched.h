@@ -635,9 +635,10 @@ typedef struct sched_config {
      * copies of a ring as it stood at a cached prefix's end — the windowed layers' K/V of
      * the window before it — kept with the cached block that ends there.  A sequence whose
      * prompt runs past a block boundary takes one at the last such boundary before its last
-     * prompt token, and one where its cached prefix found at admission ended before a
-     * snapshot cut it back (a prefix others share: a system prompt) — sched_plan's
-     * ring_snapshots, copied after the batch ran; a later request's cached prefix is cut
+     * prompt token, one where its cached prefix found at admission ended before a snapshot
+     * cut it back (a prefix others share: a system prompt), and one when it finishes, at the
+     * last block boundary it computed (its answer: a conversation's next turn) — sched_plan's
+     * ring_snapshots; a later request's cached prefix is cut
      * back to the longest one that ends at a snapshot, on the device: its first entry names
      * the snapshot to copy into its ring before it runs (sched_entry.ring_restore).  A snapshot goes when its block leaves the
      * device (dropped or demoted), or, every slot used, the least recently used one no
@@ -792,12 +793,14 @@ typedef struct sched_entry {
     uint32_t ring_restore;
 } sched_entry;
 
-/* A ring snapshot to take once the batch ran (sched_config.window_snapshots): copy the
- * window before position `end` (inside the rows of req's entry) from ring `ring` into
- * snapshot slot `slot`. */
+/* A ring snapshot to take (sched_config.window_snapshots): copy the window before position
+ * `end` from ring `ring` into snapshot slot `slot` — once the batch ran (`end` inside the
+ * rows of req's entry), or, `before`, first of all, before any transfer or entry of the plan
+ * (the ring as a sequence that finished left it; the plan may give the ring to another). */
 typedef struct sched_ring_snapshot {
     uint64_t req;
     uint32_t ring, slot, end;
+    bool before;
 } sched_ring_snapshot;
 
 typedef struct sched_release {
@@ -894,7 +897,7 @@ typedef struct sched_plan {
      * it; step again at this time, or as soon as another request is submitted (0: not
      * holding) */
     uint64_t hold_until_us;
-    /* (h) ring snapshots to take after the batch ran, before the next plan's entries */
+    /* (h) ring snapshots to take: `before` ones first of all, the others after the batch */
     const sched_ring_snapshot *ring_snapshots;
     uint32_t n_ring_snapshots;
 } sched_plan;

@@ -471,7 +471,8 @@ GEMMA2_AND_GEMMA3(mixed_snapshot_hit, gemma2_prompt_hits_cache_through_ring_snap
  * chunks): the first leaves a snapshot at its own last boundary (64) only; the second finds
  * the shared 32 tokens' blocks cached but no snapshot there, so computes them and takes
  * one at 32 (in the middle of its second chunk); the third finds 32 tokens cached through
- * it. The three streams equal the reference's. */
+ * it. The three streams equal the reference's. (Each also leaves one as it finishes, at its
+ * answer's last block: no other prompt here goes on from an answer.) */
 Test(daemon_window, gemma2_shared_system_prompt_hits_from_the_third_request, .init = mk_tmpdir,
      .fini = rm_tmpdir, .timeout = 300)
 {
@@ -491,7 +492,11 @@ Test(daemon_window, gemma2_shared_system_prompt_hits_from_the_third_request, .in
     static const char *const chunked =
         "[scheduler]\nmode = token_budget\ntoken_budget = 64\nmax_active_seqs = 8\n"
         "prefill_chunk = 24\npreemption = recompute\nmin_residency = 0us\nmax_preemptions = 0\n";
-    const char *flags[] = {"--kv-blocks", "32", "--kv-block-size", "16", "--kv-rings", "2", NULL};
+    /* 4 snapshots: each request takes up to three (its prompt's end, the shared prefix's,
+     * its answer's), and with 2 the second's answer would replace the shared prefix's */
+    const char *flags[] = {"--kv-blocks", "32", "--kv-block-size",     "16",
+                           "--kv-rings",  "2",  "--kv-ring-snapshots", "4",
+                           NULL};
     dmn d;
     dmn_start_for(&d, model, chunked, flags, &all.sock, &all.out);
     const char *log = th_daemon_output(&d.th);
@@ -517,3 +522,74 @@ Test(daemon_window, gemma2_shared_system_prompt_hits_from_the_third_request, .in
         &d, strdup(got), want,
         "streams through a shared prompt's snapshot differ from the reference");
 }
+
+/* The first turn's answer as prompt ids: the tokens of the first line of out (a
+ * client_px_concurrent line: ids, then "| reason n"). Returns how many. */
+static uint32_t answer_ids(const char *out, int32_t *ids, uint32_t cap)
+{
+    uint32_t n = 0;
+    const char *p = out;
+    char *end;
+    while (n < cap && *p && *p != '|' && *p != '\n') {
+        long v = strtol(p, &end, 10);
+        if (end == p) break;
+        ids[n++] = (int32_t)v;
+        p = end;
+        while (*p == ' ') p++;
+    }
+    return n;
+}
+
+/* A conversation's next turn past the answer: a first turn of 20 tokens answered with 40
+ * (59 positions computed) leaves a snapshot at 48 as it finishes; the next turn — those 20,
+ * the 40 answered, 10 new — finds 48 tokens cached (past the first prompt's own snapshot at
+ * 16) and prefills 22. Both turns equal every layer in the blocks (the reference runs the
+ * same two turns, its first answer the same). */
+static void mixed_answer_snapshot(bool gemma3)
+{
+    need_daemon_binary();
+    char model[512];
+    mixed_model(model, sizeof model, gemma3);
+    static px_conc_job t1, t2;
+    memset(&t1, 0, sizeof t1);
+    t1.n = 1;
+    for (int k = 0; k < 20; k++) t1.prompt[0][k] = 3 + (43 * k) % 250;
+    t1.n_prompt[0] = 20;
+    t1.max_new = 40;
+    t2 = t1;
+    char *turns[2][2]; /* [reference, rings][turn] */
+    for (int rings = 0; rings < 2; rings++) {
+        const char *ref[] = {TH_TEST_BUILD, "--keep-window-blocks", "--kv-blocks",
+                             "128",         "--kv-block-size",      "16",
+                             NULL};
+        const char *on[] = {"--kv-blocks", "32", "--kv-block-size", "16", "--kv-rings", "2", NULL};
+        dmn d;
+        dmn_start_for(&d, model, policy("recompute"), rings ? on : ref, &t1.sock, &t1.out);
+        dmn_run_client(&d, client_px_concurrent, &t1, "client (first turn)");
+        turns[rings][0] = slurp(t1.out);
+        cr_assert_not_null(turns[rings][0]);
+        uint32_t n = answer_ids(turns[rings][0], t2.prompt[0] + 20, 40);
+        cr_assert_eq(n, 40, "the first turn answered 40 tokens: %s", turns[rings][0]);
+        for (int k = 60; k < 70; k++) t2.prompt[0][k] = 3 + (47 * k) % 250;
+        t2.n_prompt[0] = 70;
+        t2.sock = t1.sock;
+        t2.out = t1.out;
+        dmn_run_client(&d, client_px_concurrent, &t2, "client (next turn)");
+        turns[rings][1] = dmn_stop_output(&d);
+        if (rings) {
+            int hits = count_lines2(d.declog, "\"ev\":\"cache_hit\"", "\"cached_tokens\":48");
+            cr_log_info("%s: %d hits of 48 tokens", gemma3 ? "gemma3" : "gemma2", hits);
+            cr_assert_eq(hits, 1, "the next turn found 48 tokens cached: %d hits", hits);
+        }
+        dmn_cleanup(&d);
+    }
+    for (int t = 0; t < 2; t++) {
+        cr_assert_str_eq(turns[1][t], turns[0][t], "turn %d on rings differs from the reference",
+                         t + 1);
+        free(turns[0][t]);
+        free(turns[1][t]);
+    }
+}
+
+GEMMA2_AND_GEMMA3(mixed_answer_snapshot, gemma2_next_turn_hits_past_the_answer,
+                  gemma3_next_turn_hits_past_the_answer)

@@ -545,6 +545,18 @@ Test(window, rings_cache_serves_a_sample_only)
     sched_policy_free(p);
 }
 
+/* The snapshots plans took as a sequence finished (sched_ring_snapshot.before), seen by
+ * run_one and note_finished. */
+static sched_ring_snapshot fin_takes[8];
+static uint32_t n_fin_takes;
+
+static void note_finished(const sched_plan *pl)
+{
+    for (uint32_t k = 0; k < pl->n_ring_snapshots; k++)
+        if (pl->ring_snapshots[k].before && n_fin_takes < 8)
+            fin_takes[n_fin_takes++] = pl->ring_snapshots[k];
+}
+
 /* Runs request id (prompt toks[0..len), max_new tokens) to its end; returns its first
  * entry, and the ring snapshots its plans took in take[0..*n_take) (at most 2). */
 static sched_entry run_one(sched *s, uint64_t *now, uint64_t id, const int32_t *toks, uint32_t len,
@@ -556,6 +568,7 @@ static sched_entry run_one(sched *s, uint64_t *now, uint64_t id, const int32_t *
     cr_assert_eq(submit(s, id, len, max_new, toks, *now), 0, "%s", sched_last_error());
     for (int i = 0; i < 200 && sched_get_request(s, id, &in) == 0; i++) {
         const sched_plan *pl = iter(s, now, 0, 64);
+        note_finished(pl);
         const sched_entry *mine = NULL;
         for (uint32_t k = 0; k < pl->n_entries; k++)
             if (pl->entries[k].req == id) mine = &pl->entries[k];
@@ -565,6 +578,7 @@ static sched_entry run_one(sched *s, uint64_t *now, uint64_t id, const int32_t *
             cr_assert_eq(mine->ring_restore, SCHED_BLOCK_NONE, "only its first entry restores");
         for (uint32_t k = 0; k < pl->n_ring_snapshots; k++) {
             const sched_ring_snapshot *r = &pl->ring_snapshots[k];
+            if (r->before) continue; /* an earlier request's, as it finished */
             cr_assert_eq(r->req, id, "only request %llu runs", (unsigned long long)id);
             cr_assert(mine && r->ring == mine->ring && r->end > mine->start_pos &&
                           r->end <= mine->start_pos + mine->n_tokens,
@@ -658,6 +672,34 @@ Test(window, rings_snapshot_where_prompts_share_a_prefix)
     cr_assert_eq(first.start_pos, 32, "request 3 finds the shared 32 tokens: %u", first.start_pos);
     cr_assert_eq(first.ring_restore, at32, "through request 2's snapshot");
     cr_assert(nt == 1 && take[0].end == 48, "and takes its own at 48");
+    sched_destroy(s);
+    sched_policy_free(p);
+}
+
+/* A conversation's next turn: request 1 (a prompt of 40, 30 tokens answered) finishes
+ * having computed 69 positions; the next plan takes a snapshot at 64 first of all (before:
+ * its ring may be another's in that plan), and request 2 — the prompt, the answer, a new
+ * message — finds 64 tokens cached, past the prompt, and restores that snapshot. */
+Test(window, rings_snapshot_where_a_sequence_finished)
+{
+    sched_policy *p;
+    sched *s = make_rings_tier("recompute", 4, 64, 0, 0, 5, &p);
+    int32_t toks[80];
+    for (int i = 0; i < 80; i++) toks[i] = i < 40 ? 3 + i : i < 70 ? 5 : 400 + i;
+    uint64_t now = 1;
+    sched_ring_snapshot take[2];
+    uint32_t nt;
+    n_fin_takes = 0;
+    sched_entry first = run_one(s, &now, 1, toks, 40, 30, take, &nt);
+    note_finished(iter(s, &now, 0, 64));
+    cr_assert_eq(n_fin_takes, 1, "one snapshot as request 1 finished");
+    cr_assert_eq(fin_takes[0].req, 1);
+    cr_assert_eq(fin_takes[0].end, 64, "at its last computed boundary: %u", fin_takes[0].end);
+    uint32_t slot = fin_takes[0].slot;
+    first = run_one(s, &now, 2, toks, 74, 4, take, &nt);
+    cr_assert_eq(first.start_pos, 64, "the next turn finds the answer's blocks too: %u",
+                 first.start_pos);
+    cr_assert_eq(first.ring_restore, slot, "through the finish snapshot");
     sched_destroy(s);
     sched_policy_free(p);
 }
