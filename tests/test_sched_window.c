@@ -703,3 +703,100 @@ Test(window, rings_snapshot_where_a_sequence_finished)
     sched_destroy(s);
     sched_policy_free(p);
 }
+
+/* Random calls on window rings with ring snapshots and a host tier: prompts from three
+ * shared prefixes and random tails, cancels, swaps, sequences finishing early. The
+ * invariants hold after every call, and the plans' snapshots keep the caller's books
+ * straight, as ringlmd keeps them: a slot a plan fills ends where the plan says (the entry
+ * of that request on that ring runs through it, or, before, it finished there), and every
+ * restore reads a slot filled for exactly its entry's start. */
+Test(window, rings_snapshots_under_random_calls)
+{
+    sched_policy *p;
+    sched *s = make_rings_tier("auto", 6, 48, 64, 3 * BS * 1024, 1 + 4, &p);
+    uint64_t rs = 0x9e3779b97f4a7c15ull, now = 1, next_id = 1, xfer[128];
+    uint32_t nx = 0, slot_end[4] = {0, 0, 0, 0}, restores = 0;
+    static int32_t toks[160];
+    static sched_result res[64];
+    for (int it = 0; it < 3000; it++) {
+        rs ^= rs << 13;
+        rs ^= rs >> 7;
+        rs ^= rs << 17;
+        uint32_t op = (uint32_t)(rs % 10), r = (uint32_t)(rs >> 20);
+        now += 1 + r % 2000;
+        if (op < 2) {
+            uint32_t base = r % 3, len = 20 + r % 120, shared = 16 + 16 * (base + 1);
+            for (uint32_t k = 0; k < len; k++)
+                toks[k] = k < shared ? (int32_t)(3 + base * 100 + k)
+                                     : (int32_t)(3 + (r >> (k % 9)) % 400);
+            sched_request q = {.id = next_id++,
+                               .tenant = -1,
+                               .class_idx = -1,
+                               .prompt_len = len,
+                               .max_new_tokens = 1 + r % 40,
+                               .tokens = toks,
+                               .cache_salt = 7};
+            sched_reject_reason why;
+            sched_submit(s, &q, now, &why);
+        } else if (op == 2 && next_id > 1) {
+            sched_cancel(s, 1 + r % next_id, now, SCHED_CANCEL_CLIENT);
+        } else if (op == 3 && nx) {
+            uint32_t k = r % nx;
+            cr_assert_eq(sched_transfer_done(s, xfer[k], now, 0, 0, 0), 0);
+            xfer[k] = xfer[--nx];
+        } else {
+            const sched_plan *pl = sched_step(s, now);
+            cr_assert_not_null(pl, "%s", sched_last_error());
+            for (uint32_t k = 0; k < pl->n_ring_snapshots; k++) { /* before the batch */
+                const sched_ring_snapshot *t = &pl->ring_snapshots[k];
+                cr_assert_lt(t->slot, 4u);
+                if (t->before) slot_end[t->slot] = t->end;
+            }
+            uint32_t n = 0;
+            for (uint32_t i = 0; i < pl->n_entries; i++) {
+                const sched_entry *e = &pl->entries[i];
+                if (e->ring_restore != SCHED_BLOCK_NONE) {
+                    cr_assert_lt(e->ring_restore, 4u);
+                    cr_assert_eq(slot_end[e->ring_restore], e->start_pos,
+                                 "request %llu restores slot %u ending at %u, starts at %u",
+                                 (unsigned long long)e->req, e->ring_restore,
+                                 slot_end[e->ring_restore], e->start_pos);
+                    restores++;
+                }
+                bool finish = (rs >> (i % 50)) % 23 == 0;
+                res[n++] =
+                    (sched_result){.req = e->req,
+                                   .tokens = e->samples,
+                                   .has_token = true,
+                                   .token = (int32_t)(5 + i % 3),
+                                   .finished = finish ? SCHED_FINISH_STOP : SCHED_FINISH_NONE};
+            }
+            for (uint32_t k = 0; k < pl->n_ring_snapshots; k++) { /* after the batch */
+                const sched_ring_snapshot *t = &pl->ring_snapshots[k];
+                if (t->before) continue;
+                const sched_entry *e = NULL;
+                for (uint32_t i = 0; i < pl->n_entries; i++)
+                    if (pl->entries[i].req == t->req) e = &pl->entries[i];
+                cr_assert(e && e->ring == t->ring && t->end > e->start_pos &&
+                              t->end <= e->start_pos + e->n_tokens,
+                          "snapshot at %u of request %llu: not inside its entry's rows", t->end,
+                          (unsigned long long)t->req);
+                slot_end[t->slot] = t->end;
+            }
+            for (uint32_t i = 0; i < pl->n_transfers && nx < 128; i++)
+                xfer[nx++] = pl->transfers[i].id;
+            now += 500;
+            cr_assert_eq(sched_commit(s, res, n, now, 0), 0);
+        }
+        sd_check(s);
+    }
+    sched_counts c;
+    sched_get_counts(s, &c);
+    cr_log_info("%u restores; snapshots taken %llu, hits %llu, dropped %llu", restores,
+                (unsigned long long)c.ring_snapshots_taken,
+                (unsigned long long)c.ring_snapshot_hits,
+                (unsigned long long)c.ring_snapshots_dropped);
+    cr_assert_gt(restores, 0, "some request hit through a snapshot");
+    sched_destroy(s);
+    sched_policy_free(p);
+}
