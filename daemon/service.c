@@ -471,9 +471,11 @@ int svc_create(const svc_config *cfg, svc **out)
         rc = seterr(rc, "batch buffers: %s", eng_errmsg());
         goto fail;
     }
-    /* ring snapshots: as many as rings unless --kv-ring-snapshots says (prefix cache on) */
+    /* ring snapshots: as many as rings unless --kv-ring-snapshots says (prefix cache on:
+     * token-budget mode, where the scheduler runs it) */
     const uint32_t n_snaps =
-        !kv_rings || s->cfg.no_prefix_cache || cfg->kv_ring_snapshots < 0
+        !kv_rings || s->cfg.no_prefix_cache || pc->mode != SCHED_MODE_TOKEN_BUDGET ||
+                cfg->kv_ring_snapshots < 0
             ? 0
             : (uint32_t)(cfg->kv_ring_snapshots ? cfg->kv_ring_snapshots : kv_rings);
     s->ex.ring_rows = kv_rings ? ring_rows : 0;
