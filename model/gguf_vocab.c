@@ -115,6 +115,13 @@ static void sv_cfg_set(sv_state *st, const char *key, json_t *val)
     if (val) json_object_set(st->cfg, key, val);
 }
 
+/* `special_x = tokenizer_config[key] = val`: the local and the config both take val */
+static void sv_take(sv_state *st, json_t **slot, const char *key, json_t *val)
+{
+    sv_hold(slot, val);
+    sv_cfg_set(st, key, val);
+}
+
 /* One TemplateProcessing: which special tokens it puts before and after a sequence (BOS,
  * EOS), and between the two of a pair (SEP) — the converter's crude parse, step for step. */
 static void sv_template(sv_state *st, json_t *proc)
@@ -129,8 +136,8 @@ static void sv_template(sv_state *st, json_t *proc)
             if (!have_cfg) {
                 sv_hold(&st->bos, f);
             } else if (!py_eq(f, st->bos) && !py_eq(f, st->cls)) {
-                if (!py_truthy(st->bos)) sv_hold(&st->bos, f), sv_cfg_set(st, "bos_token", f);
-                if (!py_truthy(st->cls)) sv_hold(&st->cls, f), sv_cfg_set(st, "cls_token", f);
+                if (!py_truthy(st->bos)) sv_take(st, &st->bos, "bos_token", f);
+                if (!py_truthy(st->cls)) sv_take(st, &st->cls, "cls_token", f);
             }
             st->add[0] = py_eq(f, st->bos) || py_eq(f, st->cls);
         }
@@ -144,8 +151,7 @@ static void sv_template(sv_state *st, json_t *proc)
                     sv_cfg_set(st, st->n_types == SV_EOT ? "eot_token" : "eom_token", st->eos);
                     st->n_types++;
                 }
-                sv_hold(&st->eos, l);
-                sv_cfg_set(st, "eos_token", l);
+                sv_take(st, &st->eos, "eos_token", l);
             }
             st->add[1] = py_eq(l, st->eos);
         }
@@ -206,9 +212,9 @@ static int special_vocab(gw_vocab *v, json_t *tok, json_t *cfg, json_t *config, 
         sv_hold(&st.sep, json_object_get(st.cfg, "sep_token"));
         const bool have_cfg = py_truthy(st.cfg);
         if (!py_truthy(st.bos) && py_truthy(st.cls) && have_cfg)
-            sv_hold(&st.bos, st.cls), sv_cfg_set(&st, "bos_token", st.cls);
+            sv_take(&st, &st.bos, "bos_token", st.cls);
         if (!py_truthy(st.eos) && py_truthy(st.sep) && have_cfg)
-            sv_hold(&st.eos, st.sep), sv_cfg_set(&st, "eos_token", st.sep);
+            sv_take(&st, &st.eos, "eos_token", st.sep);
         json_t *pp = json_object_get(tok, "post_processor");
         if (py_truthy(pp) && json_is_object(pp)) {
             json_t *procs = json_object_get(pp, "processors");
