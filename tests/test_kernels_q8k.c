@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The K types' integer dots with Q8_K activations (kernels/cpu/quant_q8k.c), on AVX2 and the
- * portable path:
+ * portable path (and with AVX-512 VNNI, which keeps them for all but Q4_K and Q6_K):
  *   - the activation quantizer gives ggml's quantize_row_q8_K_ref (copied below) to the bit,
  *     portable and AVX2: the first element of the largest magnitude sets the (signed) scale,
  *     halves round to even, all-zero blocks stay zero;
  *   - Q4_K, Q6_K, Q5_K, Q3_K, Q2_K and IQ4_XS products at 1 to 4 activation rows (and odd batches up to
  *     Q_INT_MAX_ROWS), odd weight-row counts, one to three superblocks, beta 0 and 1, from
  *     quantized weights and from random blocks (every bit pattern): the portable path and
- *     AVX2 give the same bits, a row alone what it gets in a batch; each product is the
+ *     AVX2 (AVX-512) give the same bits, a row alone what it gets in a batch; each product is the
  *     product of the dequantized weights with the Q8_K-dequantized activations within float
  *     rounding (1e-5 x sum |w x|), and the dequantized weights' product with the float
  *     activations within quant.h's bound (sum_j |w_j| max|x over j's 256| (1/254 + 1/2048)).
@@ -187,9 +187,9 @@ Test(kernels_q8k, k_type_dots_portable_equal_avx2_and_the_q8k_product)
                     for (size_t rc = 0; rc < sizeof rows_cases / sizeof rows_cases[0]; rc++)
                         for (int beta = 0; beta <= 1; beta++) {
                             const int n = ns[ni], rows = rows_cases[rc];
-                            cr_assert_eq(q_int_act_elems(type, rows), 256);
-                            for (int i = 0; i < rows * n; i++) want[i] = got[i] = 0.25f * (i % 3);
+                            for (int i = 0; i < rows * n; i++) want[i] = 0.25f * (i % 3);
                             q_isa_cap(Q_ISA_PORTABLE);
+                            cr_assert_eq(q_int_act_elems(type, rows), 256);
                             q_matmul(type, q, n, k, x, rows, (float)beta, want, n);
                             for (int r = 0; r < rows; r++)
                                 for (int i = 0; i < n; i++) {
@@ -228,16 +228,22 @@ Test(kernels_q8k, k_type_dots_portable_equal_avx2_and_the_q8k_product)
                                           "%s k=%d n=%d rows=%d: row %d alone differs", names[t], k,
                                           n, rows, r);
                             }
-                            if (avx2) {
-                                q_isa_cap(Q_ISA_AVX2);
-                                cr_assert_eq(q_int_act_elems(type, rows), 256);
+                            /* AVX2, and AVX-512 VNNI where it keeps Q8_K (all but Q4_K, Q6_K) */
+                            for (int isa = Q_ISA_AVX2; isa <= best; isa++) {
+                                q_isa_cap(isa);
+                                if (isa == Q_ISA_AVX2)
+                                    cr_assert_eq(q_int_act_elems(type, rows), 256);
+                                else if (q_int_act_elems(type, rows) != 256)
+                                    continue;
+                                for (int i = 0; i < rows * n; i++) got[i] = 0.25f * (i % 3);
                                 q_matmul(type, q, n, k, x, rows, (float)beta, got, n);
                                 for (int i = 0; i < rows * n; i++)
                                     cr_assert(memcmp(&got[i], &want[i], sizeof *got) == 0,
-                                              "%s k=%d %s n=%d rows=%d beta=%d: y[%d][%d] AVX2 "
+                                              "%s k=%d %s n=%d rows=%d beta=%d: y[%d][%d] %s "
                                               "%.9g, portable %.9g",
                                               names[t], k, data ? "random" : "quantized", n, rows,
-                                              beta, i / n, i % n, (double)got[i], (double)want[i]);
+                                              beta, i / n, i % n, q_isa_name(isa), (double)got[i],
+                                              (double)want[i]);
                             }
                             checked++;
                         }

@@ -425,7 +425,10 @@ bool q_int_path(int type, int rows)
 
 int q_int_act_elems(int type, int rows)
 {
-    return qk_q8k_type(type) && q_isa() < Q_ISA_AVX512 && rows <= Q_INT_MAX_ROWS ? QK_K : 32;
+    if (!qk_q8k_type(type) || rows > Q_INT_MAX_ROWS) return 32;
+    /* with AVX-512 VNNI Q4_K and Q6_K take its tiles (blocks of 32); the other K types keep
+     * Q8_K, whose AVX2 kernels beat their blocks of 32 there too */
+    return q_isa() < Q_ISA_AVX512 || qk_is_unpacked(type) ? QK_K : 32;
 }
 
 void q_matmul_xq(int type, const void *w, int n, int k, const q_xq *a, const float *x, int rows,

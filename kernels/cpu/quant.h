@@ -46,7 +46,8 @@
  * llama.cpp's K-quant activations instead (Q8_K, kernels/cpu/quant_q8k.c: one float scale per
  * 256, the sub-block scales multiplied in integers, one float step per 256 weights), within
  * sum_j |w_j| * max|x over j's 256| * (1/254 + 1/2048) of the exact product (q_int_act_elems),
- * the two paths to the bit; with AVX-512 VNNI they keep the blocks of 32.
+ * the two paths to the bit; with AVX-512 VNNI Q4_K and Q6_K keep the blocks of 32 (its
+ * tiles), the other four Q8_K on its AVX2 kernels (the same bits).
  * On each path a row's products do not depend on the rows beside it (DESIGN §8: a sequence
  * decoding alone and in a batch gets the same logits to the bit): each activation row is
  * quantized by itself, and with AVX-512 VNNI one row (weights dotted as they lie, the next
@@ -120,8 +121,9 @@ float q_dot(int type, const void *row, const float *x, int64_t k);
 /* Whether q_matmul runs `rows` rows of weights of `type` in integers (the bound above). */
 bool q_int_path(int type, int rows);
 /* The elements per activation scale of that integer path on the instruction set in use: 256
- * for the K types on AVX2 and portable up to Q_INT_MAX_ROWS rows (Q8_K, as llama.cpp: x_j
- * rounded to within max|x over its 256| / 254, one float step per 256 weights), else 32. */
+ * for the K types up to Q_INT_MAX_ROWS rows (Q8_K, as llama.cpp: x_j rounded to within
+ * max|x over its 256| / 254, one float step per 256 weights) but Q4_K and Q6_K with AVX-512
+ * VNNI, else 32. */
 int q_int_act_elems(int type, int rows);
 
 /*

@@ -174,7 +174,7 @@ typedef struct xq8 {
      * NULL: in each whole unit of 8 blocks, blocks j and j + 4 side by side per 16 bytes. */
     int8_t *qp; /* rows x k */
     /* Q8_K, ggml's activations of the K types (quant_q8k.c), where q_xq_prepare made them
-     * (k a multiple of 256, AVX2 or portable, up to Q_INT_MAX_ROWS rows), else NULL: per 256
+     * (k a multiple of 256, up to Q_INT_MAX_ROWS rows), else NULL: per 256
      * elements one float scale kd (negative where the largest |x| is), q = round(x / kd) in
      * kq, and the sums of q per 16 in ks. */
     int8_t *kq;  /* rows x k */

@@ -14,9 +14,9 @@
  * elements and scaled in float; the offsets meet the quantized activations' sums per 16
  * (xq8.s16).
  *
- * The K types among them (Q2_K, Q3_K, Q5_K, IQ4_XS) take Q8_K activations below AVX-512
- * instead (kernels/cpu/quant_q8k.c, as llama.cpp); with AVX-512 VNNI they run the AVX2
- * kernels below with 8 bits per 32.
+ * The K types among them (Q2_K, Q3_K, Q5_K, IQ4_XS) take Q8_K activations instead
+ * (kernels/cpu/quant_q8k.c, as llama.cpp), with AVX-512 VNNI too: there its AVX2 kernels
+ * beat the ones below with 8 bits per 32 by 1.5-2x (perf/quant_bench, Zen 4).
  *
  * AVX2 (decode and small batches): no tile. Each block of 32 is unpacked in registers
  * (block_q) once for all activation rows of a group and dotted with maddubs; Q2_K's and

@@ -112,11 +112,11 @@ VNNI512 void qk_vt_layout(const xq8 *xq, int rows, int64_t k, const vt_x *t)
 
 /* ---- q_xq --------------------------------------------------------------------------- */
 
-/* Whether rows of k elements get Q8_K too: where the K types' integer path reads it (AVX2
- * and portable, up to Q_INT_MAX_ROWS rows). */
-static bool q8k_wanted(int rows, int k, int isa)
+/* Whether rows of k elements get Q8_K too: where the K types' integer path reads it (up to
+ * Q_INT_MAX_ROWS rows; with AVX-512 VNNI, for the K types other than Q4_K and Q6_K). */
+static bool q8k_wanted(int rows, int k)
 {
-    return k % QK_K == 0 && isa < Q_ISA_AVX512 && rows <= Q_INT_MAX_ROWS;
+    return k % QK_K == 0 && rows <= Q_INT_MAX_ROWS;
 }
 
 /* Whether rows get xq8.qp: where the AVX2 kernels of the 32-element unpacked types read it
@@ -145,7 +145,7 @@ static size_t xq_plan(int rows, int k, int isa, size_t o[14])
         o[7] = qk_carve(&off, 2 * R * nb * 4);
         o[8] = qk_carve(&off, rows == 1 ? (size_t)k : 0);
     }
-    if (q8k_wanted(rows, k, isa)) {
+    if (q8k_wanted(rows, k)) {
         o[10] = qk_carve(&off, R * (size_t)k);
         o[11] = qk_carve(&off, R * (size_t)k / QK_K * 4);
         o[12] = qk_carve(&off, R * (size_t)k / 16 * 2);
@@ -192,7 +192,7 @@ const q_xq *q_xq_prepare(void *mem, size_t bytes, const float *x, int rows, int 
         for (int r = 0; r < rows; r++)
             qk_xq8_pairs(a->xq.q + (size_t)r * k, a->xq.qp + (size_t)r * k, k);
     }
-    if (q8k_wanted(rows, k, isa)) {
+    if (q8k_wanted(rows, k)) {
         a->xq.kq = (int8_t *)(buf + o[10]);
         a->xq.kd = (float *)(buf + o[11]);
         a->xq.ks = (int16_t *)(buf + o[12]);
