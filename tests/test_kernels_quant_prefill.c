@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The quantized prefill tiles (kernels/cpu/quant_prefill.h), Q4_K, Q6_K, Q4_0 and Q4_1, on a
- * CPU where they run (AVX2 without AVX-512 VNNI; elsewhere the tests say so and check only
- * that they decline):
+ * The quantized prefill tiles (kernels/cpu/quant_prefill.h), on a CPU where they run: Q4_K,
+ * Q6_K, Q4_0 and Q4_1 on AVX2 without AVX-512 VNNI; Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q5_K and
+ * IQ4_XS in AVX-512 VNNI's tiles (quant.h q_matmul_tiles); elsewhere the tests say so and
+ * check only that they decline:
  *   - equal the portable integer dots (8-bit activations per 32, the scalar references of
  *     quant_kquants.c and quant_unpack.c) within 1e-5 x sum_j |w_j x_j|, on odd row counts above
  *     Q_INT_MAX_ROWS (groups of 4 with every remainder), odd weight-row counts (panels of 8 with every remainder), K of one to
@@ -25,15 +26,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Whether the tiles run on this CPU (they run all four types alike, or none) */
+/* Whether the tiles run for `type` on this CPU (AVX2: the four types alike, or none) */
 static bool have(int type)
 {
-    if (q_prefill_runs(Q_Q4_K, Q_INT_MAX_ROWS + 1)) {
-        cr_assert(q_prefill_runs(type, Q_INT_MAX_ROWS + 1), "type %d: no tiles beside Q4_K's",
-                  type);
-        return true;
+    if (q_isa() >= Q_ISA_AVX512) {
+        const bool runs = q_prefill_runs(type, Q_INT_MAX_ROWS + 1);
+        cr_assert_eq(runs, qk_vt_unpacked(type), "type %d on AVX-512 VNNI", type);
+        return runs;
     }
-    cr_log_info("the quantized prefill tiles do not run on this CPU (%s): only declines tested",
+    if (type == Q_Q4_K || type == Q_Q6_K || type == Q_Q4_0 || type == Q_Q4_1) {
+        if (q_prefill_runs(Q_Q4_K, Q_INT_MAX_ROWS + 1)) {
+            cr_assert(q_prefill_runs(type, Q_INT_MAX_ROWS + 1), "type %d: no tiles beside Q4_K's",
+                      type);
+            return true;
+        }
+    } else {
+        cr_assert_not(q_prefill_runs(type, Q_INT_MAX_ROWS + 1), "type %d without AVX-512", type);
+    }
+    cr_log_info("the quantized prefill tiles do not run for type %d on this CPU (%s)", type,
                 q_isa_name(q_isa()));
     return false;
 }
@@ -107,7 +117,7 @@ static void trial(int type, int M, int N, int K, float beta)
     /* the reference: the portable integer dots with the same activations, 8 bits per 32
      * (q_matmul's decode rows of Q4_K take Q8_K's blocks of 256 instead) */
     const size_t rb = q_row_bytes(type, K), nb = (size_t)K / 32;
-    if (type == Q_Q4_0 || type == Q_Q4_1) /* quant_unpack.c's, one activation row at a time */
+    if (qk_is_unpacked(type)) /* quant_unpack.c's, one activation row at a time */
         for (int m = 0; m < M; m++) {
             const xq8 row = {.q = a->xq.q + (size_t)m * K,
                              .d = a->xq.d + (size_t)m * nb,
@@ -147,7 +157,8 @@ static void trial(int type, int M, int N, int K, float beta)
     free(y0);
 }
 
-static const int types[] = {Q_Q4_K, Q_Q6_K, Q_Q4_0, Q_Q4_1};
+static const int types[] = {Q_Q4_K, Q_Q6_K, Q_Q4_0,   Q_Q4_1,  Q_Q5_0,
+                            Q_Q5_1, Q_Q5_K, Q_IQ4_NL, Q_IQ4_XS};
 
 Test(kernels_quant_prefill, equals_the_portable_integer_path_within_its_bound)
 {
@@ -156,8 +167,8 @@ Test(kernels_quant_prefill, equals_the_portable_integer_path_within_its_bound)
     static const int Ks[] = {256, 768, 1280};
     static const int Ks32[] = {32, 96, 288}; /* the types of blocks of 32: not whole 256s */
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        if (!have(types[ti])) return;
-        const bool b32 = types[ti] == Q_Q4_0 || types[ti] == Q_Q4_1;
+        if (!have(types[ti])) continue;
+        const bool b32 = q_block_elems(types[ti]) == 32;
         int t = 0;
         for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
             for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++, t++)
@@ -172,8 +183,8 @@ Test(kernels_quant_prefill, equals_the_portable_integer_path_within_its_bound)
 Test(kernels_quant_prefill, equals_the_portable_integer_path_on_random_blocks)
 {
     random_blocks = true;
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        if (!have(types[ti])) break;
+    for (size_t ti = 0; ti < 4; ti++) { /* Q4_K, Q6_K, Q4_0, Q4_1 */
+        if (!have(types[ti])) continue;
         trial(types[ti], 37, 19, 512, 0.0f);
         trial(types[ti], 33, 8, 2048, 1.0f);
     }
@@ -227,6 +238,8 @@ Test(kernels_quant_prefill, declines_what_it_does_not_take_without_writing)
     const q_xq *a = prepare(x, M, K, &mem);
     cr_assert_not(q_prefill_runs(Q_Q8_0 + 100, M));
     cr_assert_not(q_prefill_runs(Q_Q4_K, Q_INT_MAX_ROWS)); /* the integer dots' rows */
+    cr_assert_not(q_prefill_runs(Q_Q4_0, Q_INT_MAX_ROWS));
+    cr_assert_not(q_prefill_runs(Q_Q2_K, M)); /* 16-element scales: no tiles */
     cr_assert_not(q_prefill_matmul(Q_F32, w, N, K, a, 0.0f, y, N));
     cr_assert_not(q_prefill_matmul(Q_Q4_K, w, N, K - 256, a, 0.0f, y, N)); /* a's K is 512 */
     cr_assert_not(q_prefill_matmul(Q_Q4_K, w, N, K, NULL, 0.0f, y, N));

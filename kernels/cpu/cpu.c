@@ -863,9 +863,15 @@ static void cpu_describe(void *priv, char *buf, size_t cap)
                  "%s projections: %sfloat tiles (%s) and gemm_small (%s) up to %d rows, %s%s; %s",
                  wt == ENG_W_F16 ? "F16" : "BF16", few, conv, gs, small, above,
                  own ? " (converted while packed)" : "", blas);
-    } else if (q_isa() >= Q_ISA_AVX512)
+    } else if (q_isa() >= Q_ISA_AVX512 && q_int_path(wt, 256))
         snprintf(buf, cap, "%s projections: integer dots (%s) at every batch size; %s",
                  eng_wtype_name(wt), q_isa_name(q_isa()), blas);
+    else if (q_isa() >= Q_ISA_AVX512)
+        snprintf(buf, cap, "%s projections: integer dots (%s) up to %d rows, %s above; %s",
+                 eng_wtype_name(wt), q_isa_name(q_isa()), Q_INT_MAX_ROWS,
+                 q_prefill_runs(wt, 256) ? "its tiles (q_matmul_tiles)"
+                                         : "dequantized tiles and OpenBLAS SGEMM",
+                 blas);
     else {
         /* above the integer dots' rows, as matmul_rows chooses for a prefill of 256 rows */
         const char *above = q_prefill_runs(wt, 256) ? "integer tiles (quant_prefill) above"

@@ -291,7 +291,9 @@ static bool matmul_vnni(int type, const void *w, int n, int k, const struct q_xq
     const size_t o_wa = qk_carve(&off, nb * 64);
     const size_t o_wm = qk_carve(&off, nb * 64);
     const size_t o_ws = qk_carve(&off, nb * 128);
-    const size_t o_wr = qk_carve(&off, VT_COLS * q_row_bytes(type, k));
+    /* the tile's rows as they lie, or the unpacked types' bytes (k a row) */
+    const size_t o_wr =
+        qk_carve(&off, VT_COLS * (qk_is_unpacked(type) ? (size_t)k : q_row_bytes(type, k)));
     char *buf = (char *)tile_get(off / 4 + 16 + 1);
     if (!buf) return false;
     buf += (64 - (uintptr_t)buf % 64) % 64;
@@ -333,15 +335,24 @@ static bool matmul_vnni(int type, const void *w, int n, int k, const struct q_xq
          * once, they came from memory at a sixth of the speed (the prefetchers follow a
          * few streams, not 16 rows a block at a time) */
         char *wi = buf + o_wr;
-        memcpy(wi, (const char *)w + (size_t)i0 * rb, (size_t)m * rb);
-        (type == Q_Q8_0   ? qk_vt_pack_q8_0
-         : type == Q_Q4_K ? qk_vt_pack_q4_k
-                          : qk_vt_pack_q6_k)(wi, rb, m, (int64_t)nb, &wt);
+        /* the unpacked types' rows are read one after the other as they lie */
+        const bool unp = qk_is_unpacked(type);
+        if (unp)
+            qk_vt_pack_unpacked(type, (const char *)w + (size_t)i0 * rb, rb, m, (int64_t)nb, &wt,
+                                (int8_t *)wi);
+        else {
+            memcpy(wi, (const char *)w + (size_t)i0 * rb, (size_t)m * rb);
+            (type == Q_Q8_0   ? qk_vt_pack_q8_0
+             : type == Q_Q4_K ? qk_vt_pack_q4_k
+                              : qk_vt_pack_q6_k)(wi, rb, m, (int64_t)nb, &wt);
+        }
+        /* the signed grids in Q8_0's tiles, the other unpacked types in Q4_K's */
+        const int kt = unp ? (type == Q_IQ4_NL || type == Q_IQ4_XS ? Q_Q8_0 : Q_Q4_K) : type;
         const __mmask16 mask = (__mmask16)((1u << m) - 1);
         for (int r0 = 0; r0 < rows; r0 += VT_ROWS) {
             const int g = rows - r0 < VT_ROWS ? rows - r0 : VT_ROWS;
-            (type == Q_Q8_0 ? qk_vt_rows_q8_0
-             : type == Q_Q4_K
+            (kt == Q_Q8_0 ? qk_vt_rows_q8_0
+             : kt == Q_Q4_K
                  ? qk_vt_rows_q4_k
                  : qk_vt_rows_q6_k)(&wt, (int64_t)nb, &xt, r0, g, beta, y + i0, ld_y, mask);
         }
@@ -429,6 +440,19 @@ int q_int_act_elems(int type, int rows)
     /* with AVX-512 VNNI Q4_K and Q6_K take its tiles (blocks of 32); the other K types keep
      * Q8_K, whose AVX2 kernels beat their blocks of 32 there too */
     return q_isa() < Q_ISA_AVX512 || qk_is_unpacked(type) ? QK_K : 32;
+}
+
+bool q_matmul_tiles(int type, const void *w, int n, int k, const q_xq *a, float beta, float *y,
+                    int ld_y)
+{
+#if QK_X86
+    if (a && a->k == k && a->isa >= Q_ISA_AVX512 && a->isa == q_isa() && a->rows > 1 &&
+        qk_vt_unpacked(type) && k % q_block_elems(type) == 0)
+        return matmul_vnni(type, w, n, k, a, beta, y, ld_y);
+#else
+    (void)type, (void)w, (void)n, (void)k, (void)a, (void)beta, (void)y, (void)ld_y;
+#endif
+    return false;
 }
 
 void q_matmul_xq(int type, const void *w, int n, int k, const q_xq *a, const float *x, int rows,

@@ -147,6 +147,14 @@ const q_xq *q_xq_prepare(void *mem, size_t bytes, const float *x, int rows, int 
  * q_matmul, to the bit. */
 void q_matmul_xq(int type, const void *w, int n, int k, const q_xq *a, const float *x, int rows,
                  float beta, float *y, int ld_y);
+/* Above Q_INT_MAX_ROWS rows (prefill) with AVX-512 VNNI: Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q5_K
+ * and IQ4_XS weights times the rows in a in Q8_0's and Q4_K's repacked tiles (each block of 32
+ * one scale and, for the unsigned values, a minimum; the activations' bound above; a row's
+ * results do not depend on the rows beside it, but differ from q_matmul's, which dequantizes
+ * tiles there). Returns false, having written nothing, where it does not run (another type or
+ * instruction set, a prepared for another k, no memory). */
+bool q_matmul_tiles(int type, const void *w, int n, int k, const q_xq *a, float beta, float *y,
+                    int ld_y);
 
 /* The instruction sets of the kernels, chosen once at run time: the best this CPU has, capped
  * by RINGLM_QUANT_PORTABLE=1 or RINGLM_QUANT_NO_AVX512=1 in the environment, or by

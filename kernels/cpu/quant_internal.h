@@ -443,6 +443,13 @@ VNNI512 void qk_vt_scales_q6_k(const char *w, size_t rb, int m, int64_t nb, cons
 VNNI512 void qk_vt_pack_q8_0(const char *w, size_t rb, int m, int64_t nb, const vt_w *t);
 VNNI512 void qk_vt_pack_q4_k(const char *w, size_t rb, int m, int64_t nb, const vt_w *t);
 VNNI512 void qk_vt_pack_q6_k(const char *w, size_t rb, int m, int64_t nb, const vt_w *t);
+/* The unpacked types whose scales and offsets go per 32 elements (all but Q2_K and Q3_K):
+ * whether they take the tiles, and their pack (tmp: 16 x k bytes), into Q8_0's layout (the
+ * signed grids, IQ4_NL and IQ4_XS: qk_vt_rows_q8_0) or Q4_K's (the others, unsigned with
+ * their offsets as minimums: qk_vt_rows_q4_k). */
+bool qk_vt_unpacked(int type);
+VNNI512 void qk_vt_pack_unpacked(int type, const char *w, size_t rb, int m, int64_t nb,
+                                 const vt_w *t, int8_t *tmp);
 /* One activation row: P[b][i], the exact integer sums of block b of weight row i with it. */
 VNNI512 void qk_vt1_sums_q8_0(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
                               const int16_t *x32, int32_t *P);

@@ -43,6 +43,11 @@ static inline bool tiled_type(int type)
 bool q_prefill_runs(int type, int rows)
 {
 #if QK_X86
+    /* with AVX-512 VNNI, the unpacked types but Q2_K and Q3_K in its tiles (quant.h
+     * q_matmul_tiles) */
+    if (q_isa() >= Q_ISA_AVX512)
+        return qk_vt_unpacked(type) && rows > Q_INT_MAX_ROWS &&
+               gemm_f32_mode_get() == GEMM_F32_AUTO;
     return tiled_type(type) && rows > Q_INT_MAX_ROWS && q_isa() == Q_ISA_AVX2 &&
            gemm_f32_mode_get() == GEMM_F32_AUTO;
 #else
@@ -422,6 +427,7 @@ SIMD static void pack_q4_32(int type, const char *w, size_t rb, int m, int64_t n
 bool q_prefill_matmul(int type, const void *w, int n, int k, const q_xq *a, float beta, float *y,
                       int ld_y)
 {
+    if (a && a->isa >= Q_ISA_AVX512) return q_matmul_tiles(type, w, n, k, a, beta, y, ld_y);
     const bool k_type = type == Q_Q4_K || type == Q_Q6_K;
     if (!tiled_type(type) || !a || a->k != k || a->isa < Q_ISA_AVX2 || k % (k_type ? QK_K : 32))
         return false;

@@ -19,6 +19,10 @@
  * 7.9-8.1), so Q8_0 stays on gemm_f32's float panels; 4-bit weights let one madd serve eight
  * maddubs.
  *
+ * With AVX-512 VNNI, q_prefill_runs and q_prefill_matmul take Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
+ * Q5_K and IQ4_XS instead, into the tiles of quant.h's q_matmul_tiles (Q4_K and Q6_K take the
+ * integer path there at every row count).
+ *
  * Within 1e-5 x sum_j |w_j x_j| of the portable integer path (another order of the float
  * steps), and a row's results do not depend on the rows beside it. RINGLM_PREFILL_GEMM=own or
  * =blas (gemm_f32.h) turn these tiles off: the float panels of gemm_f32, or SGEMM.
@@ -31,8 +35,8 @@
 #include <stdbool.h>
 
 /* Whether q_prefill_matmul runs `rows` activation rows of weights of `type` on this CPU
- * (Q4_K, Q6_K, Q4_0 and Q4_1 on AVX2 without AVX-512 VNNI, above Q_INT_MAX_ROWS rows, unless
- * the mode says not). */
+ * (Q4_K, Q6_K, Q4_0 and Q4_1 on AVX2 without AVX-512 VNNI; with it, the seven types of
+ * q_matmul_tiles; above Q_INT_MAX_ROWS rows, unless the mode says not). */
 bool q_prefill_runs(int type, int rows);
 
 /*
