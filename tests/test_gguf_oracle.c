@@ -275,7 +275,9 @@ Test(gguf_oracle, qwen3_equals_llama_cpp, .init = mk_tmpdir, .fini = rm_tmpdir, 
  * 1e-3 relative even for F32 weights: the near-tie bound is 5e-3 for every type here. F32
  * files agree for all 200 steps; Q8_0 ones (llama.cpp also rounds the activations to 8 bits)
  * reach a near tie within 20 to 90 steps, since the tied classifier's logits are small and
- * close together: each case states the steps that must agree first (seen: 90, 26, 52). */
+ * close together: each case states the steps that must agree first (seen with AVX2: 90,
+ * 26, 52; the 6-layer gemma3 file meets a near tie (gap 1.7e-4) at step 12 with AVX-512 VNNI,
+ * whose Q8_0 sums run in another order). */
 Test(gguf_oracle, gemma2_and_gemma3_equal_llama_cpp, .init = mk_tmpdir, .fini = rm_tmpdir,
      .timeout = 600)
 {
@@ -287,7 +289,7 @@ Test(gguf_oracle, gemma2_and_gemma3_equal_llama_cpp, .init = mk_tmpdir, .fini = 
          .label = "gemma2 Q8_0 head_dim 128"},
         {"synthetic:stories15M:9", "F32", "gemma3", 64, 32, STEPS,
          .label = "gemma3 F32 6 layers head_dim 64"},
-        {"synthetic:stories15M:15", "Q8_0", "gemma3", 64, 32, 20,
+        {"synthetic:stories15M:15", "Q8_0", "gemma3", 64, 32, 10,
          .label = "gemma3 Q8_0 6 layers head_dim 64"},
         {"synthetic:quant-test:9", "Q8_0", "gemma3", 128, 32, 30,
          .label = "gemma3 Q8_0 head_dim 128"},
