@@ -618,6 +618,64 @@ static int apply_recorded_cost(eng *e)
     return 0;
 }
 
+int sim_window_layout_of(const sim_window_pattern *wp, const sched_policy_cfg *pc, uint32_t blocks,
+                         uint32_t block_size, uint32_t bytes_per_token, uint32_t max_context,
+                         sim_window_layout *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!wp->window || !wp->windowed || wp->windowed >= wp->period)
+        return sim_err_setc(-EINVAL,
+                            "window pattern: %u of every %u layers windowed: a pattern needs "
+                            "windowed and global layers (every layer windowed: "
+                            "--attention-window)",
+                            wp->windowed, wp->period);
+    if (!block_size || !bytes_per_token || !blocks)
+        return sim_err_setc(-EINVAL, "window pattern: the service model has no KV blocks");
+    /* the most rows one sequence brings to a batch, as ringlmd sizes its rings
+     * (daemon/service.c): the prefill chunk in token-budget mode, else the batch */
+    uint64_t max_tokens = pc->token_budget;
+    if (pc->mode == SCHED_MODE_STATIC) max_tokens += 2ull * pc->static_batch_size;
+    if (pc->mode == SCHED_MODE_CONTINUOUS && max_tokens < pc->token_budget + (uint64_t)max_context)
+        max_tokens = pc->token_budget + (uint64_t)max_context;
+    const uint64_t rows =
+        pc->mode == SCHED_MODE_TOKEN_BUDGET && pc->prefill_chunk && pc->prefill_chunk < max_tokens
+            ? pc->prefill_chunk
+            : max_tokens;
+    /* eng_kv_ring_blocks_for */
+    uint64_t rb = (wp->window + rows + block_size - 1) / block_size + 1;
+    const uint64_t whole = ((uint64_t)max_context + block_size - 1) / block_size;
+    if (whole && rb > whole) rb = whole;
+    /* K/V bytes a position: the global layers' share, the windowed layers' the rest */
+    const uint64_t global_bpt =
+        ((uint64_t)bytes_per_token * (wp->period - wp->windowed) + wp->period / 2) / wp->period;
+    const uint64_t window_bpt = bytes_per_token - global_bpt;
+    if (!global_bpt || !window_bpt)
+        return sim_err_setc(-EINVAL, "window pattern: %u bytes a position do not split %u:%u",
+                            bytes_per_token, wp->windowed, wp->period - wp->windowed);
+    uint64_t rings = wp->rings;
+    if (!rings) { /* ringlmd's default: the rings take the windowed layers' share */
+        rings = blocks / rb;
+        if (rings > pc->max_active_seqs) rings = pc->max_active_seqs;
+        if (rings < 1) rings = 1;
+    }
+    const uint64_t ring_bytes = rb * block_size * window_bpt;
+    const uint64_t memory = (uint64_t)blocks * block_size * bytes_per_token;
+    const uint64_t global_blocks =
+        memory > rings * ring_bytes ? (memory - rings * ring_bytes) / (block_size * global_bpt) : 0;
+    if (!global_blocks || rings > UINT32_MAX || global_blocks > UINT32_MAX)
+        return sim_err_setc(-EINVAL,
+                            "window pattern: %llu rings of %llu blocks take the memory of the "
+                            "%u device blocks (no block left for the global layers)",
+                            (unsigned long long)rings, (unsigned long long)rb, blocks);
+    *out = (sim_window_layout){.blocks = (uint32_t)global_blocks,
+                               .bytes_per_token = (uint32_t)global_bpt,
+                               .rings = (uint32_t)rings,
+                               .ring_blocks = (uint32_t)rb,
+                               .ring_rows = (uint32_t)rows,
+                               .ring_bytes = ring_bytes};
+    return 0;
+}
+
 int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
 {
     memset(run, 0, sizeof *run);
@@ -732,15 +790,32 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
             }
             free(by_src);
         }
+    const uint32_t device_blocks =
+        o->kv_blocks_device ? o->kv_blocks_device : svc->kv_blocks_device;
+    if (o->window_pattern.window) {
+        if (svc->attention_window) {
+            rc = sim_err_setc(-EINVAL, "a window pattern and a window on every layer "
+                                       "(--attention-window) exclude each other");
+            goto out;
+        }
+        if ((rc = sim_window_layout_of(&o->window_pattern, pc, device_blocks, svc->kv_block_size,
+                                       svc->kv_bytes_per_token, o->max_context, &run->window)) < 0)
+            goto out;
+    }
+    const sim_window_layout *wl = &run->window;
     sched_config cfg = {
-        .kv_blocks_device = o->kv_blocks_device ? o->kv_blocks_device : svc->kv_blocks_device,
+        .kv_blocks_device = wl->rings ? wl->blocks : device_blocks,
         .prefix_cache = o->prefix_cache && (any_hash || e.fol_head),
         .prefix_cache_generated = o->prefix_cache && any_answer,
         .kv_blocks_host = svc->host.present ? svc->kv_blocks_host : 0,
         .kv_blocks_disk = svc->kv_blocks_disk,
         .block_size = svc->kv_block_size,
-        .kv_bytes_per_token = svc->kv_bytes_per_token,
+        .kv_bytes_per_token = wl->rings ? wl->bytes_per_token : svc->kv_bytes_per_token,
         .attention_window = svc->attention_window,
+        .window_rings = wl->rings,
+        .window_ring_bytes = wl->ring_bytes,
+        /* ringlmd's default: as many ring snapshots as rings, with the prefix cache */
+        .window_snapshots = o->prefix_cache && (any_hash || e.fol_head) ? wl->rings : 0,
         .max_context = o->max_context,
         /* the model the steps are charged with (a fitted intercept may be negative; the
          * scheduler's prediction takes it as 0, and needs a prefill cost > 0) */
@@ -768,6 +843,12 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
 
     if (cfg.kv_blocks_disk && !svc->disk.present && !svc->host.present)
         cfg.kv_blocks_disk = 0; /* no link to it */
+    if (wl->rings) { /* the host and disk tiers keep their bytes, in the smaller blocks */
+        const double per = (double)svc->kv_bytes_per_token / wl->bytes_per_token;
+        cfg.kv_blocks_host = (uint32_t)fmin(cfg.kv_blocks_host * per, UINT32_MAX);
+        cfg.kv_blocks_disk = (uint32_t)fmin(cfg.kv_blocks_disk * per, UINT32_MAX);
+    }
+    run->kv_blocks_device = cfg.kv_blocks_device;
     rc = sched_create(o->policy, &cfg, o->decision_log ? sink : NULL, &e, o->seed, &e.s);
     if (rc < 0) {
         rc = sim_err_setc(rc, "sched_create: %s", sched_last_error());

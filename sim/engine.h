@@ -13,6 +13,37 @@
 
 enum sim_retry { SIM_RETRY_NONE = 0, SIM_RETRY_IMMEDIATE, SIM_RETRY_BACKOFF };
 
+/* What-if: a model of windowed and global layers (ringlm-sim --window-pattern): `windowed`
+ * of every `period` layers attend to the last `window` positions, the others to all. Run as
+ * ringlmd runs gemma2/gemma3 files with window rings (sched_config.window_rings): the
+ * global layers' K/V in the blocks, the windowed layers' in a ring per running sequence.
+ * window 0: none. */
+typedef struct sim_window_pattern {
+    uint32_t window, windowed, period;
+    uint32_t rings; /* rings (0: ringlmd's default, as many as the blocks hold ring lengths) */
+} sim_window_pattern;
+
+/* The device KV pools of a window pattern, in the memory of `blocks` blocks of every layer:
+ * rings of ring_blocks blocks of the windowed layers, and the global layers' blocks in the
+ * rest. */
+typedef struct sim_window_layout {
+    uint32_t blocks;          /* the global layers' blocks */
+    uint32_t bytes_per_token; /* the global layers' K/V bytes a position */
+    uint32_t rings, ring_blocks, ring_rows;
+    uint64_t ring_bytes;
+} sim_window_layout;
+
+/* The layout ringlmd gives pattern wp under policy pc: a ring of ceil((window + rows) /
+ * block_size) + 1 blocks (rows: the prefill chunk in token-budget mode, else the batch),
+ * at most a whole context's (max_context); `rings` of them (0: blocks / ring_blocks, 1 to
+ * max_active_seqs); the global layers' blocks in the bytes of the `blocks` blocks of every
+ * layer (bytes_per_token a position) that the rings leave. Returns 0, or -EINVAL (reason in
+ * sim_err()) for a pattern without a global or a windowed layer or rings that leave no
+ * block. */
+int sim_window_layout_of(const sim_window_pattern *wp, const sched_policy_cfg *pc, uint32_t blocks,
+                         uint32_t block_size, uint32_t bytes_per_token, uint32_t max_context,
+                         sim_window_layout *out);
+
 typedef struct sim_options {
     const sched_policy *policy;
     const char *policy_name; /* for reports (file name) */
@@ -46,6 +77,7 @@ typedef struct sim_options {
     bool tier_bw_given[SCHED_POOL__COUNT]; /* a what-if link speed
                                             (--host-kv-bw, --disk-kv-bw): used even where a
                                             recorded bandwidth exists */
+    sim_window_pattern window_pattern;     /* what-if (window 0: every layer global) */
     uint64_t seed;
 } sim_options;
 
@@ -94,6 +126,8 @@ typedef struct sim_run {
     char policy_name[256];
     char mode[32];
     sched_counts final_counts;
+    uint32_t kv_blocks_device; /* the device blocks the scheduler had */
+    sim_window_layout window;  /* with opt.window_pattern.window */
     char warnings[1024];
     sched_cost_state *costs; /* sim_rec.cost_idx */
     size_t n_costs, cap_costs;

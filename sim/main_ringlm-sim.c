@@ -86,6 +86,14 @@ static void usage(FILE *f)
         "  --disk-kv-blocks N      what-if: disk KV tier blocks (0: none, the default)\n"
         "  --attention-window N    what-if: every layer attends to the last N positions, so a\n"
         "                          sequence holds only its window's KV blocks (0: none)\n"
+        "  --window-pattern P      what-if: windowed and global layers, each run beside the "
+        "all-global one:\n"
+        "                          W:N (window W on N of every N+1 layers), gemma2 (4096:1), "
+        "gemma3 (1024:5),\n"
+        "                          gemma2:W, gemma3:W; KV as ringlmd keeps it (global blocks + "
+        "a ring a sequence)\n"
+        "  --window-rings K        with --window-pattern: K rings (default: ringlmd's, the "
+        "blocks / ring blocks)\n"
         "  --host-kv-bw B          what-if: the host link's bytes/s, both ways (over a log's "
         "recorded bandwidths)\n"
         "  --disk-kv-bw B          what-if: the disk link's bytes/s, both ways (the names are "
@@ -161,6 +169,46 @@ static const char *base_name(const char *p, char *buf, size_t n)
     char *dot = strrchr(buf, '.');
     if (dot && strcmp(dot, ".policy") == 0) *dot = 0;
     return buf;
+}
+
+#define SIM_MAX_WINDOW   (1u << 24)
+#define SIM_MAX_WINDOWED 1024u
+
+/* One decimal number of 1..max ending at a ':' or the string's end (*end there). */
+static int parse_count(const char *s, uint32_t max, const char **end)
+{
+    if (*s < '0' || *s > '9') return -1;
+    char *e;
+    errno = 0;
+    unsigned long v = strtoul(s, &e, 10);
+    if (errno || !v || v > max || (*e && *e != ':')) return -1;
+    *end = e;
+    return (int)v;
+}
+
+/* --window-pattern: W:N (a window of W positions on N of every N + 1 layers), gemma2 (every
+ * other layer windowed, 4096 positions), gemma3 (5 of every 6, 1024), or either with :W. */
+static int parse_window_pattern(const char *s, sim_window_pattern *wp)
+{
+    static const struct {
+        const char *name;
+        uint32_t window, windowed;
+    } named[] = {{"gemma2", 4096, 1}, {"gemma3", 1024, 5}};
+    const char *e;
+    int w, n;
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
+        size_t len = strlen(named[i].name);
+        if (strncmp(s, named[i].name, len) != 0 || (s[len] && s[len] != ':')) continue;
+        w = s[len] ? parse_count(s + len + 1, SIM_MAX_WINDOW, &e) : (int)named[i].window;
+        if (w < 0 || (s[len] && *e)) return -1;
+        *wp = (sim_window_pattern){(uint32_t)w, named[i].windowed, named[i].windowed + 1, 0};
+        return 0;
+    }
+    if ((w = parse_count(s, SIM_MAX_WINDOW, &e)) < 0 || *e != ':' ||
+        (n = parse_count(e + 1, SIM_MAX_WINDOWED, &e)) < 0 || *e)
+        return -1;
+    *wp = (sim_window_pattern){(uint32_t)w, (uint32_t)n, (uint32_t)n + 1, 0};
+    return 0;
 }
 
 static int parse_range(const char *s, double *a, double *b)
@@ -263,6 +311,7 @@ int main(int argc, char **argv)
     bool prefix_report = false;
     long long kv_host = -1, kv_disk = -1; /* what-ifs: -1 = the service model's */
     long long attention_window = -1;
+    uint32_t window_rings = 0;
     double host_bw = 0, disk_bw = 0;
     uint32_t sweep[3][64]; /* the capacity sweep's device, host and disk sizes */
     size_t n_sweep[3] = {0, 0, 0};
@@ -320,6 +369,8 @@ int main(int argc, char **argv)
         O_HKVB,
         O_DKVB,
         O_AWIN,
+        O_WPAT,
+        O_WRINGS,
         O_HBW,
         O_DBW
     };
@@ -378,6 +429,8 @@ int main(int argc, char **argv)
                                        {"host-kv-blocks", 1, 0, O_HKVB},
                                        {"disk-kv-blocks", 1, 0, O_DKVB},
                                        {"attention-window", 1, 0, O_AWIN},
+                                       {"window-pattern", 1, 0, O_WPAT},
+                                       {"window-rings", 1, 0, O_WRINGS},
                                        {"host-kv-bw", 1, 0, O_HBW},
                                        {"disk-kv-bw", 1, 0, O_DBW},
                                        {0, 0, 0, 0}};
@@ -597,6 +650,22 @@ int main(int argc, char **argv)
             attention_window = (long long)v;
             break;
         }
+        case O_WPAT:
+            if (parse_window_pattern(optarg, &opt.window_pattern) < 0) {
+                fprintf(stderr,
+                        "ringlm-sim: --window-pattern %s: expected W:N (window W positions on N "
+                        "of every N+1 layers, W 1..%u, N 1..%u), gemma2, gemma3, gemma2:W or "
+                        "gemma3:W\n",
+                        optarg, SIM_MAX_WINDOW, SIM_MAX_WINDOWED);
+                return 2;
+            }
+            break;
+        case O_WRINGS: {
+            unsigned long v = strtoul(optarg, &e, 10);
+            if (e == optarg || *e || !v || v > (1ul << 20)) goto bad_num;
+            window_rings = (uint32_t)v;
+            break;
+        }
         case O_HBW:
         case O_DBW: {
             double v = strtod(optarg, &e);
@@ -756,6 +825,35 @@ int main(int argc, char **argv)
             snprintf(pol_names[i], sizeof pol_names[i], "default");
     }
 
+    /* --window-pattern: the policy's run with every layer global, then with the pattern */
+    const int n_var = opt.window_pattern.window ? 2 : 1;
+    char run_names[MAX_POLICIES][128];
+    if (window_rings && !opt.window_pattern.window) {
+        fprintf(stderr, "ringlm-sim: --window-rings needs --window-pattern\n");
+        goto out;
+    }
+    opt.window_pattern.rings = window_rings;
+    if (n_var > 1 && (n_pol > 1 || prefix_report || tune_spec || want_fidelity)) {
+        fprintf(stderr, "ringlm-sim: --window-pattern compares one --policy with and without "
+                        "the pattern (not with --prefix-report, --tune or --fidelity)\n");
+        goto out;
+    }
+    if (n_var > 1 && attention_window > 0) {
+        fprintf(stderr, "ringlm-sim: --window-pattern and --attention-window exclude each other "
+                        "(the latter windows every layer)\n");
+        goto out;
+    }
+    for (int i = 0; i < n_pol * n_var; i++) {
+        const sim_window_pattern *wp = &opt.window_pattern;
+        if (n_var == 1)
+            snprintf(run_names[i], sizeof run_names[i], "%s", pol_names[i]);
+        else if (i == 0)
+            snprintf(run_names[i], sizeof run_names[i], "all-global");
+        else
+            snprintf(run_names[i], sizeof run_names[i], "window %u:%u/%u", wp->window, wp->windowed,
+                     wp->period);
+    }
+
     if (prefix_report) {
         sim_options o = opt;
         o.policy = pol[0];
@@ -783,15 +881,17 @@ int main(int argc, char **argv)
         goto out;
     }
 
-    for (int i = 0; i < n_pol; i++) {
+    const int n_all = n_pol * n_var;
+    for (int i = 0; i < n_all; i++) {
         sim_options o = opt;
-        o.policy = pol[i];
-        o.policy_name = pol_names[i];
+        o.policy = pol[i / n_var];
+        o.policy_name = run_names[i];
+        if (n_var > 1 && i % n_var == 0) o.window_pattern.window = 0; /* the all-global run */
         FILE *dl = NULL;
         if (declog) {
             char path[1024];
-            if (n_pol > 1)
-                snprintf(path, sizeof path, "%s-%s", declog, pol_names[i]);
+            if (n_all > 1)
+                snprintf(path, sizeof path, "%s-%s", declog, run_names[i]);
             else
                 snprintf(path, sizeof path, "%s", declog);
             if (!(dl = fopen(path, "w"))) {
@@ -807,7 +907,7 @@ int main(int argc, char **argv)
             goto out;
         }
         if (rc < 0) {
-            fprintf(stderr, "ringlm-sim: %s: %s\n", pol_names[i], sim_err());
+            fprintf(stderr, "ringlm-sim: %s: %s\n", run_names[i], sim_err());
             goto out;
         }
         int64_t b0 = burst0 >= 0 ? (int64_t)llround(burst0 * 1e6) : -1,
@@ -816,11 +916,11 @@ int main(int argc, char **argv)
             fprintf(stderr, "ringlm-sim: out of memory\n");
             goto out;
         }
-        const char *tag = n_pol > 1 ? pol_names[i] : "";
+        const char *tag = n_all > 1 ? run_names[i] : "";
         if (reqlog) {
             char path[1024];
-            if (n_pol > 1)
-                snprintf(path, sizeof path, "%s-%s", reqlog, pol_names[i]);
+            if (n_all > 1)
+                snprintf(path, sizeof path, "%s-%s", reqlog, run_names[i]);
             else
                 snprintf(path, sizeof path, "%s", reqlog);
             FILE *rf = fopen(path, "w");
@@ -838,7 +938,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "ringlm-sim: %s\n", sim_err());
             goto out;
         }
-        if (plot_dir && (rc = sim_report_plot(plot_dir, n_pol > 1 ? pol_names[i] : "run", &runs[i],
+        if (plot_dir && (rc = sim_report_plot(plot_dir, n_all > 1 ? run_names[i] : "run", &runs[i],
                                               stderr)) < 0) {
             fprintf(stderr, "ringlm-sim: %s\n", sim_err());
             goto out;
@@ -865,6 +965,23 @@ int main(int argc, char **argv)
         }
         free(fe);
     }
+    /* with --window-pattern: the ring count at which a sequence of the trace's mean length
+     * runs out of global blocks and of rings together, in the same memory */
+    double mean_len = 0;
+    uint32_t balanced = 0;
+    if (n_var > 1 && trace.n) {
+        const sim_window_layout *wl = &runs[1].window;
+        for (size_t k = 0; k < trace.n; k++)
+            mean_len += (double)trace.reqs[k].prompt_tokens + trace.reqs[k].output_tokens;
+        mean_len /= (double)trace.n;
+        const double bs = svc.kv_block_size, bpt = svc.kv_bytes_per_token,
+                     per_seq = (ceil(mean_len / bs) * wl->bytes_per_token +
+                                wl->ring_blocks * (bpt - wl->bytes_per_token)) /
+                               bpt; /* blocks of every layer */
+        const uint32_t cap = sched_policy_get(pol[0])->max_active_seqs;
+        balanced =
+            (uint32_t)fmin(fmax((double)(uint32_t)(runs[0].kv_blocks_device / per_seq), 1), cap);
+    }
     if (json) {
         json_t *root;
         if (n_runs == 1) {
@@ -879,6 +996,8 @@ int main(int argc, char **argv)
             for (int i = 0; i < n_runs; i++)
                 json_array_append_new(arr, sim_report_json(&runs[i], &sums[i], &svc));
             root = json_pack("{s:o}", "runs", arr);
+            if (n_var > 1)
+                json_object_set_new(root, "window_balanced_rings", json_integer(balanced));
         }
         char *s = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
         if (s) {
@@ -908,6 +1027,21 @@ int main(int argc, char **argv)
         if (svc.it_points) printf(", step model fitted to the iterations of %s", svc.it_source);
         printf("\n\n");
         sim_report_compare(stdout, rp, sp, (size_t)n_runs);
+        if (n_var > 1) {
+            const sim_window_layout *wl = &runs[1].window;
+            const sim_window_pattern *wp = &opt.window_pattern;
+            const double blk = (double)svc.kv_block_size;
+            printf("\n%s: %u of every %u layers attend to the last %u positions. In the memory "
+                   "of %u blocks of every layer\n(%.0f bytes each): %u blocks of the global "
+                   "layers (%.0f bytes each) and %u rings of %u blocks\n(the window and %u rows; "
+                   "%llu bytes a ring), a ring per running sequence. For the trace's mean "
+                   "sequence\n(%.0f positions) the rings and the global blocks run out together "
+                   "at about %u rings (--window-rings).\n",
+                   run_names[1], wp->windowed, wp->period, wp->window, runs[0].kv_blocks_device,
+                   blk * svc.kv_bytes_per_token, wl->blocks, blk * wl->bytes_per_token, wl->rings,
+                   wl->ring_blocks, wl->ring_rows, (unsigned long long)wl->ring_bytes, mean_len,
+                   balanced);
+        }
     }
     status = 0;
 out:

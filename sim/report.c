@@ -673,6 +673,24 @@ json_t *sim_report_json(const sim_run *r, const sim_summary *s, const sim_servic
     if (svc->attention_window)
         json_object_set_new(sv, "attention_window", json_integer(svc->attention_window));
     json_object_set_new(o, "service", sv);
+    /* the device pools the scheduler ran with: the model's blocks, or a window pattern's
+     * global blocks and rings (--window-pattern) */
+    json_t *kv =
+        json_pack("{s:I,s:o}", "device_blocks", (json_int_t)r->kv_blocks_device, "mean_batch_seqs",
+                  jr(r->steps ? (double)r->entries / (double)r->steps : 0, 3));
+    if (r->window.rings) {
+        const sim_window_pattern *wp = &r->opt.window_pattern;
+        json_object_set_new(kv, "window_pattern",
+                            json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "window",
+                                      (json_int_t)wp->window, "windowed", (json_int_t)wp->windowed,
+                                      "period", (json_int_t)wp->period, "rings",
+                                      (json_int_t)r->window.rings, "ring_blocks",
+                                      (json_int_t)r->window.ring_blocks, "ring_rows",
+                                      (json_int_t)r->window.ring_rows, "ring_bytes",
+                                      (json_int_t)r->window.ring_bytes, "global_bytes_per_token",
+                                      (json_int_t)r->window.bytes_per_token));
+    }
+    json_object_set_new(o, "kv", kv);
     json_object_set_new(o, "sim_s", jr(s->sim_s, 6));
     json_object_set_new(o, "wall_s", jr(s->wall_s, 6));
     json_object_set_new(o, "speedup", jr(s->speedup, 1));
@@ -956,6 +974,16 @@ void sim_report_compare(FILE *f, const sim_run *const *runs, const sim_summary *
     ROW("SLO attainment %", ".1f", 100 * s->all.slo_attainment);
     ROW("goodput req/s", ".2f", s->all.goodput_rps);
     ROW("throughput tok/s", ".0f", s->tokens_per_s);
+    ROW("output tok/s", ".0f", s->output_tokens_per_s);
+    ROW("KV device blocks / rings", "s", ({
+            static char b[64];
+            if (r->window.rings)
+                snprintf(b, sizeof b, "%u / %u", r->kv_blocks_device, r->window.rings);
+            else
+                snprintf(b, sizeof b, "%u / -", r->kv_blocks_device);
+            b;
+        }));
+    ROW("sequences a step (mean)", ".2f", r->steps ? (double)r->entries / (double)r->steps : 0);
     ROW("Jain index", ".3f", s->jain);
     ROW("slot occupancy %", ".1f", 100 * s->occupancy);
     ROW("padding %", ".2f", 100 * s->pad_share);
