@@ -12,7 +12,9 @@
  *
  * It also measures one core's vector units (mul_probe_run below: the rate of each instruction
  * the dot kernels are made of, alone and in pairs; 8-bit dots; FMAs and dots side by side,
- * per cycle); --mul measures only those.
+ * per cycle; and, where the CPU has AVX-512 BF16, vdpbf16ps zmm beside vfmadd231ps zmm: the
+ * BF16 dot peak that kernels/cpu/gemm_bf16.c's tiles are measured against); --mul measures
+ * only those.
  *
  *   machine_probe [--threads N] [--repeats R] [--mib M] [--json] [--mul]
  */
@@ -174,7 +176,9 @@ static double fma_gflops(int threads)
  *   registers from 2 others that never change (the FMA accumulates: 12 chains, more than its
  *   latency times its rate), so only the issue rate bounds it;
  * - 8-bit dots of 32 products (vpmaddubsw, vpmaddwd to 32 bits, vpaddd: 6 chains), and two
- *   FMAs beside each such dot (do the integer and float multipliers issue side by side?).
+ *   FMAs beside each such dot (do the integer and float multipliers issue side by side?);
+ * - with AVX-512 BF16, vdpbf16ps zmm (32 bf16 products summed into 16 floats) and
+ *   vfmadd231ps zmm, 12 accumulating chains each, as the instruction probes.
  *
  * A cycle is one step of a chain of dependent scalar adds (one a cycle on every x86-64 core),
  * timed before and after. All in asm, so GCC can neither fold nor reorder it.
@@ -230,7 +234,16 @@ enum { UOPS(UOP_ENUM) N_UOPS };
 static const char *const uop_names[N_UOPS] = {UOPS(UOP_NAME)};
 
 /* One run's figures: v[MP_UOP + i] is instruction probe i's rate. */
-enum { MP_GHZ, MP_DOT8, MP_MIXED_FMA, MP_MIXED_DOT8, MP_UOP, MP_N = MP_UOP + N_UOPS };
+enum {
+    MP_GHZ,
+    MP_DOT8,
+    MP_MIXED_FMA,
+    MP_MIXED_DOT8,
+    MP_BF16_Z, /* vdpbf16ps zmm per cycle (0 without AVX-512 BF16) */
+    MP_FMA_Z,  /* vfmadd231ps zmm per cycle (0 without AVX-512 BF16) */
+    MP_UOP,
+    MP_N = MP_UOP + N_UOPS
+};
 typedef struct mul_probe {
     double v[MP_N]; /* clock (GHz); the rest per cycle */
 } mul_probe;
@@ -309,6 +322,21 @@ __attribute__((target("avx2,fma"))) static double dot8_s(int mixed)
     return dt;
 }
 
+#define DPBF16(W, i) "vdpbf16ps %%" #W "mm13, %%" #W "mm12, %%" #W "mm" #i "\n\t"
+
+/* seconds per vdpbf16ps zmm (fma 0) or vfmadd231ps zmm (fma 1), 12 chains as UOP_FN's */
+__attribute__((target("avx512f,avx512bf16"))) static double zmm_s(int fma)
+{
+    const double t0 = thread_s();
+    for (long i = 0; i < UOP_ITERS; i++) {
+        if (fma)
+            __asm__ volatile(UOP_ZERO R12(FMA, z) R12(FMA, z)::: UOP_CLOBBERS);
+        else
+            __asm__ volatile(UOP_ZERO R12(DPBF16, z) R12(DPBF16, z)::: UOP_CLOBBERS);
+    }
+    return (thread_s() - t0) / ((double)UOP_ITERS * 24.0);
+}
+
 /* One run of every probe (zeros without AVX2 + FMA). */
 static mul_probe mul_probe_run(int avx2)
 {
@@ -318,6 +346,8 @@ static mul_probe mul_probe_run(int avx2)
     double t[N_UOPS];
     for (int i = 0; i < N_UOPS; i++) t[i] = uop_fns[i]();
     const double dot = dot8_s(0), mix = dot8_s(1);
+    const int bf16 = __builtin_cpu_supports("avx512bf16");
+    const double tz_bf16 = bf16 ? zmm_s(0) : 0.0, tz_fma = bf16 ? zmm_s(1) : 0.0;
     const double c = (c0 + cycle_s()) / 2;  /* the clock, before and after */
     const double n = (double)MUL_ITERS * c; /* MUL_ITERS cycles, in seconds */
     p.v[MP_GHZ] = 1e-9 / c;
@@ -325,6 +355,8 @@ static mul_probe mul_probe_run(int avx2)
     p.v[MP_DOT8] = 6 * n / dot;
     p.v[MP_MIXED_FMA] = 4 * n / mix;
     p.v[MP_MIXED_DOT8] = 2 * n / mix;
+    p.v[MP_BF16_Z] = bf16 ? c / tz_bf16 : 0.0;
+    p.v[MP_FMA_Z] = bf16 ? c / tz_fma : 0.0;
     return p;
 }
 #else
@@ -377,6 +409,8 @@ static void mul_report(const mul_probe *runs, int n, int json)
         {"dot8_per_cycle", "8-bit dots of 32 (maddubs+madd+add)/cycle", MP_DOT8},
         {"mixed_fma_per_cycle", "mixed 2 FMA : 1 dot: FMAs per cycle", MP_MIXED_FMA},
         {"mixed_dot8_per_cycle", "mixed 2 FMA : 1 dot: dots per cycle", MP_MIXED_DOT8},
+        {"bf16_dot_per_cycle", "vdpbf16ps zmm per cycle (AVX-512 BF16)", MP_BF16_Z},
+        {"fma_zmm_per_cycle", "vfmadd231ps zmm per cycle (where BF16 is)", MP_FMA_Z},
     };
     const int nf = (int)(sizeof f / sizeof f[0]);
     stat3 st[MP_N];
@@ -388,13 +422,16 @@ static void mul_report(const mul_probe *runs, int n, int json)
     /* products per cycle: an FMA 8 float multiply-adds, a dot 32 byte products */
     const double fma_p = 8 * st[MP_UOP + UOP_fma_y].median, dot_p = 32 * st[MP_DOT8].median,
                  mix_p = 8 * st[MP_MIXED_FMA].median + 32 * st[MP_MIXED_DOT8].median;
+    /* one core's BF16 dot peak: 32 products (64 flops) per vdpbf16ps zmm, at the clock */
+    const double bf16_p = 32 * st[MP_BF16_Z].median, bf16_gf = 2 * bf16_p * st[MP_GHZ].median;
     if (json) {
         printf("\"mul_probe\":{");
         for (int i = 0; i < nf; i++)
             printf("\"%s\":{\"median\":%.3f,\"lowest\":%.3f,\"highest\":%.3f},", f[i].key,
                    st[f[i].at].median, st[f[i].at].lowest, st[f[i].at].highest);
-        printf("\"products_per_cycle\":{\"fma_f32\":%.2f,\"dot8\":%.2f,\"mixed\":%.2f},", fma_p,
-               dot_p, mix_p);
+        printf("\"products_per_cycle\":{\"fma_f32\":%.2f,\"dot8\":%.2f,\"mixed\":%.2f,"
+               "\"bf16\":%.2f},\"bf16_peak_gflop_s_1core\":%.1f,",
+               fma_p, dot_p, mix_p, bf16_p, bf16_gf);
         printf("\"instructions_per_cycle\":{");
         for (int i = 0; i < N_UOPS; i++) {
             const stat3 *s = &st[MP_UOP + i];
@@ -408,8 +445,9 @@ static void mul_report(const mul_probe *runs, int n, int json)
     for (int i = 0; i < nf; i++)
         printf("    %-44s %7.3f [%.3f, %.3f]\n", f[i].what, st[f[i].at].median, st[f[i].at].lowest,
                st[f[i].at].highest);
-    printf("    products per cycle: f32 FMA %.1f, 8-bit dot %.1f, mixed %.1f\n", fma_p, dot_p,
-           mix_p);
+    printf("    products per cycle: f32 FMA %.1f, 8-bit dot %.1f, mixed %.1f, bf16 dot %.1f\n",
+           fma_p, dot_p, mix_p, bf16_p);
+    printf("    BF16 dot peak, 1 core: %.1f GFLOP/s (vdpbf16ps zmm x 64 flops x clock)\n", bf16_gf);
     printf("  instructions, 12 independent results each (a pair alternates its two):\n");
     printf("    %-32s %9s %16s %12s\n", "instruction(s)", "per cycle", "[lowest, highest]",
            "cycles each");
