@@ -27,8 +27,10 @@
  * q_matmul (above Q_INT_MAX_ROWS without AVX-512 VNNI: float tiles dequantized and SGEMM; up
  * to it, the integer dots of the decode batches), and for Q4_K, Q6_K, Q4_0 and Q4_1 the
  * integer tiles of quant_prefill.h at every M (--rows 4,8,16,32 too: where they would beat
- * the dots).
+ * the dots). --prefill --type BF16: the AVX-512 BF16 tiles of gemm_bf16.h in that column
+ * ("bf16 ms"), with gemm_f32's float panels (own) over them: the previous path over the new.
  */
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/gemm_f32.h"
 #include "kernels/cpu/gemm_small.h"
 #include "kernels/cpu/quant.h"
@@ -146,6 +148,21 @@ static bool run_int(int M, const shape *s, const float *x, const void *w, float 
     return true;
 }
 
+/* --prefill --type BF16: the AVX-512 BF16 tiles (gemm_bf16.h), split as the engine splits
+ * them; false where they do not run */
+static bool run_bf16(int M, const shape *s, const float *x, const void *w, float *y)
+{
+    int chunk = (s->n + CHUNKS - 1) / CHUNKS;
+    size_t rb = q_row_bytes(wtype, s->k);
+    for (int n0 = 0; n0 < s->n; n0 += chunk) {
+        int n = s->n - n0 < chunk ? s->n - n0 : chunk;
+        if (!gemm_bf16(M, n, s->k, x, s->k, (const uint16_t *)((const char *)w + (size_t)n0 * rb),
+                       rb, 0.0f, y + n0, s->n))
+            return false;
+    }
+    return true;
+}
+
 static void run_small(int M, const shape *s, const float *x, const float *w, float *y)
 {
     int chunk = (s->n + CHUNKS - 1) / CHUNKS;
@@ -175,6 +192,7 @@ static int run_prefill(const char *shape_name, const shape *shapes, int n_shapes
                        const char *wq, size_t w_elems, float *y)
 {
     const char *ta = type_name();
+    const bool bf16 = wtype == Q_BF16 && gemm_bf16_supported();
     const void *wbase = wq ? (const void *)wq : (const void *)w;
     if (json)
         printf("{\"shape\":\"%s\",\"type\":\"%s\",\"threads\":1,\"repeats\":%d,\"chunks\":%d,"
@@ -184,7 +202,8 @@ static int run_prefill(const char *shape_name, const shape *shapes, int n_shapes
         printf("gemm_bench --prefill %s %s, 1 thread, %d chunks per product, medians of %d\n"
                "%-5s %5s %9s %9s %8s %8s %8s %9s %8s  %s\n",
                shape_name, ta, CHUNKS, repeats, "proj", "M", "own ms", "old ms", "old/own",
-               "own GF/s", "old GF/s", "int ms", "old/int", "engine takes");
+               "own GF/s", "old GF/s", bf16 ? "bf16 ms" : "int ms", bf16 ? "own/bf16" : "old/int",
+               "engine takes");
     int first = 1;
     for (int si = 0; si < n_shapes; si++) {
         const shape *s = &shapes[si];
@@ -199,13 +218,14 @@ static int run_prefill(const char *shape_name, const shape *shapes, int n_shapes
             int R = repeats < 64 ? repeats : 64;
             /* the tiles at every M where they run above the dots' rows (the engine takes
              * them only there) */
-            const bool int_runs = wq && q_prefill_runs(wtype, Q_INT_MAX_ROWS + 1);
+            const bool int_runs = (wq && q_prefill_runs(wtype, Q_INT_MAX_ROWS + 1)) || bf16;
             for (int r = 0; r < R; r++) {
                 double t0 = now_s();
                 ti[r] = 0.0;
                 for (int i = 0; i < iters && int_runs; i++)
-                    if (!run_int(M, s, x, wq + type_bytes((size_t)i % n_copies * wsz), y)) {
-                        fprintf(stderr, "gemm_bench: the integer tiles declined\n");
+                    if (!(bf16 ? run_bf16 : run_int)(
+                            M, s, x, wq + type_bytes((size_t)i % n_copies * wsz), y)) {
+                        fprintf(stderr, "gemm_bench: the tiles declined\n");
                         exit(1);
                     }
                 if (int_runs) ti[r] = (now_s() - t0) / iters;
@@ -224,10 +244,12 @@ static int run_prefill(const char *shape_name, const shape *shapes, int n_shapes
             }
             const double mo = bench_median(ts, R), mb = bench_median(tb, R),
                          mi = bench_median(ti, R);
-            const char *takes = wq && q_prefill_runs(wtype, M)          ? "int"
-                                : wq && q_int_path(wtype, M)            ? "dots"
-                                : gemm_f32_prefer(wtype, M, s->n, s->k) ? "own"
-                                                                        : "old";
+            const char *takes =
+                bf16 && M > gemm_small_max_rows(GEMM_SMALL_AUTO) && gemm_bf16_prefer() ? "bf16"
+                : wq && q_prefill_runs(wtype, M)                                       ? "int"
+                : wq && q_int_path(wtype, M)                                           ? "dots"
+                : gemm_f32_prefer(wtype, M, s->n, s->k)                                ? "own"
+                                                                                       : "old";
             if (json)
                 printf("%s{\"proj\":\"%s\",\"n\":%d,\"k\":%d,\"m\":%d,\"own_ms\":%.4f,"
                        "\"old_ms\":%.4f,\"int_ms\":%.4f,\"engine_takes\":\"%s\"}",
@@ -236,7 +258,10 @@ static int run_prefill(const char *shape_name, const shape *shapes, int n_shapes
             else
                 printf("%-5s %5d %9.3f %9.3f %8.2f %8.1f %8.1f %9.3f %8.2f  %s\n", s->name, M,
                        mo * 1e3, mb * 1e3, mb / mo, flop / mo * 1e-9, flop / mb * 1e-9, mi * 1e3,
-                       int_runs ? mb / mi : 0.0, takes);
+                       !int_runs ? 0.0
+                       : bf16    ? mo / mi
+                                 : mb / mi,
+                       takes);
             first = 0;
         }
     }

@@ -41,12 +41,13 @@ static void skip_without_node(void)
 
 typedef struct job {
     char model[512];
-    int32_t prompt[64];
+    int32_t prompt[192];
     int n_prompt;
     int stop; /* token that ends generation (stories260K: BOS), -1: none */
     double near_tie;
     int min_equal; /* steps that must agree before a near tie may end the comparison */
     int ctx;       /* llama.cpp's context size; 0: 256 */
+    int steps;     /* greedy steps compared; 0: STEPS */
     const char *label;
 } job;
 
@@ -66,7 +67,8 @@ static json_t *run_llama_cpp(const job *jobs, int n)
         for (int k = 0; k < jobs[i].n_prompt; k++)
             json_array_append_new(p, json_integer(jobs[i].prompt[k]));
         json_t *o = json_pack("{s:s, s:o, s:i, s:i}", "model", jobs[i].model, "prompt", p, "n",
-                              STEPS, "ctx", jobs[i].ctx ? jobs[i].ctx : 256);
+                              jobs[i].steps ? jobs[i].steps : STEPS, "ctx",
+                              jobs[i].ctx ? jobs[i].ctx : 256);
         if (jobs[i].stop >= 0) json_object_set_new(o, "stop", json_integer(jobs[i].stop));
         json_array_append_new(arr, o);
     }
@@ -86,8 +88,9 @@ static void compare(const job *j, json_t *theirs)
     tseq s;
     ts_seq_init(&s, j->prompt, j->n_prompt, 0);
     tseq *one[1] = {&s};
+    const int steps = j->steps ? j->steps : STEPS;
     int n_theirs = (int)json_array_size(theirs), k = 0;
-    for (; k < STEPS; k++) {
+    for (; k < steps; k++) {
         int rows = s.n_tokens - s.n_cached;
         cr_assert_eq(ts_step(e, c, one, &rows, 1, logits), 0, "%s", eng_errmsg());
         int32_t best = ts_argmax(logits, c->vocab_size);
@@ -122,7 +125,7 @@ static void compare(const job *j, json_t *theirs)
         s.tokens[s.n_tokens++] = best;
     }
     cr_log_info("%s: %d greedy tokens equal to llama.cpp's", j->label, k);
-    if (k == STEPS || (j->stop >= 0 && k == n_theirs))
+    if (k == steps || (j->stop >= 0 && k == n_theirs))
         cr_assert_eq(k, n_theirs, "%s: ringlm made %d tokens, llama.cpp %d", j->label, k, n_theirs);
     free(logits);
     eng_destroy(e);
@@ -218,6 +221,30 @@ Test(gguf_oracle, synthetic_shapes_in_every_type_equal_llama_cpp, .init = mk_tmp
     run_prompt5_cases(cases, sizeof cases / sizeof cases[0], -1, 0);
 }
 
+/* quant-test exported in each of n types, compared on one prompt of len tokens (BOS, then a
+ * fixed walk through the vocabulary) prefilled in one step, for `steps` (0: STEPS) steps;
+ * near tie 5e-3, 1e-2 for the K types (see below). */
+static void run_long_prompt(const char *const *types, int n, int len, int steps)
+{
+    job *jobs = calloc((size_t)n, sizeof *jobs);
+    cr_assert_not_null(jobs);
+    cr_assert_leq(len, (int)(sizeof jobs[0].prompt / sizeof jobs[0].prompt[0]));
+    for (int i = 0; i < n; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "p%d.gguf", i);
+        export_to(&jobs[i], "synthetic:quant-test:3", NULL, types[i], "llama", name);
+        jobs[i].prompt[0] = 1;
+        for (int k = 1; k < len; k++) jobs[i].prompt[k] = 3 + (37 * k + 11) % 500;
+        jobs[i].n_prompt = len;
+        jobs[i].stop = -1;
+        jobs[i].near_tie = types[i][0] == 'Q' && types[i][1] != '8' ? 1e-2 : 5e-3;
+        jobs[i].steps = steps;
+        jobs[i].label = types[i];
+    }
+    run_jobs(jobs, n);
+    free(jobs);
+}
+
 /* A prompt of 48 tokens, prefilled in one step: above the integer dots' rows, the quantized
  * weights take the prefill tiles (kernels/cpu/quant_prefill.h: Q4_K and Q6_K in integers;
  * gemm_f32's dequantized panels for Q8_0 on AVX2), and the greedy tokens still equal
@@ -232,20 +259,20 @@ Test(gguf_oracle, long_prompts_prefilled_in_one_step_equal_llama_cpp, .init = mk
 {
     skip_without_node();
     static const char *const types[] = {"Q4_K", "Q4_K_M", "Q6_K", "Q8_0"};
-    enum { N = sizeof types / sizeof types[0], LEN = 48 };
-    job jobs[N] = {0};
-    for (int i = 0; i < N; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "p%d.gguf", i);
-        export_to(&jobs[i], "synthetic:quant-test:3", NULL, types[i], "llama", name);
-        jobs[i].prompt[0] = 1;
-        for (int k = 1; k < LEN; k++) jobs[i].prompt[k] = 3 + (37 * k + 11) % 500;
-        jobs[i].n_prompt = LEN;
-        jobs[i].stop = -1;
-        jobs[i].near_tie = types[i][1] == '8' ? 5e-3 : 1e-2;
-        jobs[i].label = types[i];
-    }
-    run_jobs(jobs, N);
+    run_long_prompt(types, 4, 48, 0);
+}
+
+/* A prompt of 150 tokens prefilled in one step: above gemm_small's rows, BF16 weights take
+ * the AVX-512 BF16 tiles where the CPU has them (kernels/cpu/gemm_bf16.h: the activations
+ * rounded to bf16, as llama.cpp rounds them for its BF16 dots), F16 gemm_f32's float panels,
+ * and the greedy tokens still equal llama.cpp's (near tie 5e-3 as for the short prompt) for
+ * the 106 steps the model's 256 positions leave. */
+Test(gguf_oracle, long_float_prompts_prefilled_in_one_step_equal_llama_cpp, .init = mk_tmpdir,
+     .fini = rm_tmpdir, .timeout = 300)
+{
+    skip_without_node();
+    static const char *const types[] = {"BF16", "F16"};
+    run_long_prompt(types, 2, 150, 256 - 150);
 }
 
 /* Qwen3: per-head RMSNorm of Q and K before NEOX RoPE, heads of attention.key_length (128

@@ -41,6 +41,7 @@
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/gemm_f32.h"
 #include "kernels/cpu/gemm_small.h"
 #include "kernels/cpu/quant_prefill.h"
@@ -115,6 +116,17 @@ typedef struct mm_region {
 static void matmul_rows(int rows, const float *x, const q_xq *xq, eng_wmat wm, int n0, int n, int k,
                         float beta, float *y, int ld_y)
 {
+    /* BF16 weights above gemm_small's batches, where the CPU has AVX-512 BF16: the activations
+     * rounded to bf16 and dotted in vdpbf16ps tiles (gemm_bf16.h: not exact float32, within
+     * 2^-8 of each product; RINGLM_PREFILL_GEMM=own or =blas keep float32), 1.7-1.8x the
+     * float panels below (perf/gemm_bench --prefill --type BF16). */
+    if (wm.type == ENG_W_BF16 && rows > gemm_small_max_rows(GEMM_SMALL_AUTO) &&
+        gemm_bf16_prefer()) {
+        const size_t rb = eng_wrow_bytes(wm.type, k);
+        if (gemm_bf16(rows, n, k, x, k, (const uint16_t *)((const char *)wm.data + (size_t)n0 * rb),
+                      rb, beta, y, ld_y))
+            return;
+    }
     /* Float weights above gemm_small's batches (prefill, large decode batches): our own AVX2
      * tiles (gemm_f32.h) where they beat SGEMM, which is every shape measured on AVX2
      * machines (perf/gemm_bench --prefill: F32 1.0-2.9x, F16/BF16 1.6-1.95x the float tiles
@@ -848,7 +860,10 @@ static void cpu_describe(void *priv, char *buf, size_t cap)
      * typical prefill shape, as matmul_rows asks per product */
     const bool own = (wt == ENG_W_F32 || wt == ENG_W_F16 || wt == ENG_W_BF16) &&
                      gemm_f32_prefer(wt, 256, c->c.dim, c->c.dim);
-    const char *above = own ? "own AVX2 tiles (gemm_f32) above" : "OpenBLAS SGEMM above";
+    const char *above = wt == ENG_W_BF16 && gemm_bf16_prefer()
+                            ? "AVX-512 BF16 tiles (gemm_bf16: activations rounded to bf16) above"
+                        : own ? "own AVX2 tiles (gemm_f32) above"
+                              : "OpenBLAS SGEMM above";
     if (wt == ENG_W_F32)
         snprintf(buf, cap, "F32 projections: gemm_small (%s) up to %d rows, %s; %s", gs, small,
                  above, blas);
@@ -862,7 +877,9 @@ static void cpu_describe(void *priv, char *buf, size_t cap)
         snprintf(buf, cap,
                  "%s projections: %sfloat tiles (%s) and gemm_small (%s) up to %d rows, %s%s; %s",
                  wt == ENG_W_F16 ? "F16" : "BF16", few, conv, gs, small, above,
-                 own ? " (converted while packed)" : "", blas);
+                 own && !(wt == ENG_W_BF16 && gemm_bf16_prefer()) ? " (converted while packed)"
+                                                                  : "",
+                 blas);
     } else if (q_isa() >= Q_ISA_AVX512 && q_int_path(wt, 256))
         snprintf(buf, cap, "%s projections: integer dots (%s) at every batch size; %s",
                  eng_wtype_name(wt), q_isa_name(q_isa()), blas);

@@ -15,6 +15,7 @@
  */
 #include "kernels/cpu/gemm_f32.h"
 
+#include "kernels/cpu/gemm_pack.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/quant_internal.h" /* blk_q8_0: Q8_0 rows are packed where they lie */
 
@@ -52,6 +53,30 @@ static bool quantized_ok(int wtype, int K)
     return be > 1 && KC % be == 0 && K % be == 0;
 }
 
+/* ---- the per-thread packing buffer (gemm_pack.h) -------------------------------------- */
+
+static pthread_key_t buf_key;
+static pthread_once_t buf_once = PTHREAD_ONCE_INIT;
+
+static void buf_key_init(void)
+{
+    if (pthread_key_create(&buf_key, free)) buf_key = 0;
+}
+
+void *gemm_pack_buf(void)
+{
+    pthread_once(&buf_once, buf_key_init);
+    void *p = pthread_getspecific(buf_key);
+    if (!p) {
+        if (posix_memalign(&p, 64, GEMM_PACK_BUF_BYTES)) return NULL;
+        if (pthread_setspecific(buf_key, p)) {
+            free(p);
+            return NULL;
+        }
+    }
+    return p;
+}
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -79,32 +104,6 @@ bool gemm_f32_supported(void)
         __atomic_store_n(&ok, v, __ATOMIC_RELAXED);
     }
     return v;
-}
-
-/* ---- the per-thread panel buffer ----------------------------------------------------- */
-
-static pthread_key_t buf_key;
-static pthread_once_t buf_once = PTHREAD_ONCE_INIT;
-
-static void buf_key_init(void)
-{
-    if (pthread_key_create(&buf_key, free)) buf_key = 0;
-}
-
-/* NC x KC floats of panels, then NR x KC floats where a quantized panel's rows are
- * dequantized before they are packed; 64-byte aligned, one per thread, freed with the thread. */
-static float *panel_buf(void)
-{
-    pthread_once(&buf_once, buf_key_init);
-    float *p = pthread_getspecific(buf_key);
-    if (!p) {
-        if (posix_memalign((void **)&p, 64, (size_t)(NC + NR) * KC * sizeof(float))) return NULL;
-        if (pthread_setspecific(buf_key, p)) {
-            free(p);
-            return NULL;
-        }
-    }
-    return p;
 }
 
 /* ---- packing ---------------------------------------------------------------------------- */
@@ -153,26 +152,9 @@ static inline __attribute__((always_inline)) AVX2 __m256 load8(int wtype, const 
 static inline __attribute__((always_inline)) AVX2 void pack8x8(int wtype, const void *const *rows,
                                                                int k, float *out)
 {
-    __m256 r0 = load8(wtype, rows[0], k), r1 = load8(wtype, rows[1], k),
-           r2 = load8(wtype, rows[2], k), r3 = load8(wtype, rows[3], k),
-           r4 = load8(wtype, rows[4], k), r5 = load8(wtype, rows[5], k),
-           r6 = load8(wtype, rows[6], k), r7 = load8(wtype, rows[7], k);
-    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
-    __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
-    __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
-    __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-    __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-    __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-    __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-    __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-    _mm256_store_ps(out + 0 * NR, _mm256_permute2f128_ps(s0, s4, 0x20));
-    _mm256_store_ps(out + 1 * NR, _mm256_permute2f128_ps(s1, s5, 0x20));
-    _mm256_store_ps(out + 2 * NR, _mm256_permute2f128_ps(s2, s6, 0x20));
-    _mm256_store_ps(out + 3 * NR, _mm256_permute2f128_ps(s3, s7, 0x20));
-    _mm256_store_ps(out + 4 * NR, _mm256_permute2f128_ps(s0, s4, 0x31));
-    _mm256_store_ps(out + 5 * NR, _mm256_permute2f128_ps(s1, s5, 0x31));
-    _mm256_store_ps(out + 6 * NR, _mm256_permute2f128_ps(s2, s6, 0x31));
-    _mm256_store_ps(out + 7 * NR, _mm256_permute2f128_ps(s3, s7, 0x31));
+    gemm_tr8x8(load8(wtype, rows[0], k), load8(wtype, rows[1], k), load8(wtype, rows[2], k),
+               load8(wtype, rows[3], k), load8(wtype, rows[4], k), load8(wtype, rows[5], k),
+               load8(wtype, rows[6], k), load8(wtype, rows[7], k), out, NR);
 }
 
 /* One panel: out[kk * NR + j] = w_j[k0 + kk] for j < nr, 0 for nr <= j < NR, kk < kc. */
@@ -293,7 +275,8 @@ bool gemm_f32(int wtype, int M, int N, int K, const float *x, int ld_x, const vo
         (wtype != WT_F32 && wtype != WT_F16 && wtype != WT_BF16 && !quantized_ok(wtype, K)))
         return false;
     if (M <= 0 || N <= 0) return true;
-    float *buf = panel_buf();
+    _Static_assert((size_t)(NC + NR) * KC * sizeof(float) <= GEMM_PACK_BUF_BYTES, "buffer");
+    float *buf = gemm_pack_buf();
     if (!buf) return false;
     for (int jc = 0; jc < N; jc += NC) {
         const int nc = N - jc < NC ? N - jc : NC;

@@ -18,7 +18,9 @@
  * order with fused multiply-adds), within K · 2^-24 relative, as SGEMM itself is from the
  * exact product. RINGLM_PREFILL_GEMM=blas makes the backend take SGEMM for every prefill
  * product (the exact-F32 reference path the engine had before), =own this one wherever it
- * runs; the default (auto) takes gemm_f32_prefer's choice.
+ * runs; the default (auto) takes gemm_f32_prefer's choice, and for BF16 weights gemm_bf16.h's
+ * tiles where the CPU has AVX-512 BF16 (activations rounded to bf16: =own and =blas keep the
+ * float32 arithmetic).
  */
 #ifndef RINGLM_KERNELS_CPU_GEMM_F32_H
 #define RINGLM_KERNELS_CPU_GEMM_F32_H

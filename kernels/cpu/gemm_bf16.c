@@ -1,0 +1,212 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/cpu/gemm_bf16.c — y = beta * y + bf16(x) · w^T for prefill with BF16 weights, in
+ * AVX-512 BF16 tiles (see gemm_bf16.h for the contract).
+ *
+ * Blocking as gemm_f32's (BLIS's order): for each block of NC weight rows and KC elements of
+ * k, the weight block is packed into panels of NR = 32 rows, pair-major (panel[kp][32]: the
+ * 32-bit pairs w_j[2 kp], w_j[2 kp + 1] of the 32 rows, as vdpbf16ps pairs them); then for
+ * each block of MC activation rows, their KC elements are rounded to bf16 once (32 at a time,
+ * vcvtne2ps2bf16, zeros past K), and the 8 x 32 tile runs over the panels: per pair of k, two
+ * loads of weights, eight broadcast pairs of activations, sixteen vdpbf16ps. Rounding the
+ * activations again for every block of NC weight rows costs 1/NC of the products.
+ */
+#include "kernels/cpu/gemm_bf16.h"
+
+#include "kernels/cpu/gemm_f32.h"
+#include "kernels/cpu/gemm_pack.h"
+
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+#define KC 256 /* k per packed block: even, so every block starts on a pair */
+#define NR 32  /* weight rows per panel: two zmm of 16 */
+#define MR 8   /* activation rows per tile: 16 accumulators */
+#define MC 64  /* activation rows rounded at a time: a multiple of MR */
+#define NC 128 /* weight rows per packed block: a multiple of NR */
+
+bool gemm_bf16_supported(void)
+{
+    static int ok = -1; /* every thread computes the same value: relaxed atomics */
+    int v = __atomic_load_n(&ok, __ATOMIC_RELAXED);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+        __atomic_store_n(&ok, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
+/* ---- packing ---------------------------------------------------------------------------- */
+
+/* The pair of row h at k and k + 1 (k + 1 < kend, or 0 in its place): low half the first. */
+static inline uint32_t pair_at(const uint16_t *h, int k, int kend)
+{
+    return (uint32_t)h[k] | (k + 1 < kend ? (uint32_t)h[k + 1] << 16 : 0u);
+}
+
+/* out[kp * NR + j] = pair of rows[j] at k + 2 kp, for j < 8 and kp < 8: the 32-bit pairs
+ * transposed as floats. */
+static inline __attribute__((always_inline)) BF16 void pack8x8(const uint16_t *const *rows, int k,
+                                                               uint32_t *out)
+{
+#define LD(i) _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(rows[i] + k)))
+    gemm_tr8x8(LD(0), LD(1), LD(2), LD(3), LD(4), LD(5), LD(6), LD(7), (float *)out, NR);
+#undef LD
+}
+
+/* One panel of nr rows (zeros up to NR) over k0 .. k0 + kc of rows K long, (kc + 1) / 2
+ * pairs (the last one's high half 0 where kc is odd). */
+static BF16 void pack_panel(const char *w, size_t rb, int nr, int k0, int kc, int K, uint32_t *out)
+{
+    const uint16_t *rows[NR];
+    for (int j = 0; j < nr; j++) rows[j] = (const uint16_t *)(w + (size_t)j * rb);
+    const int kp_n = (kc + 1) / 2, kp8 = (kc / 2) & ~7, kend = k0 + kc < K ? k0 + kc : K;
+    for (int g = 0; g < NR; g += 8) {
+        if (g + 8 <= nr) {
+            for (int kp = 0; kp < kp8; kp += 8)
+                pack8x8(rows + g, k0 + 2 * kp, out + (size_t)kp * NR + g);
+            for (int kp = kp8; kp < kp_n; kp++)
+                for (int j = 0; j < 8; j++)
+                    out[(size_t)kp * NR + g + j] = pair_at(rows[g + j], k0 + 2 * kp, kend);
+        } else {
+            for (int kp = 0; kp < kp_n; kp++)
+                for (int j = 0; j < 8; j++)
+                    out[(size_t)kp * NR + g + j] =
+                        g + j < nr ? pair_at(rows[g + j], k0 + 2 * kp, kend) : 0u;
+        }
+    }
+}
+
+/* xb[r][0 .. KC) = bf16(x[r][k0 .. k0 + kc)), zeros after, for r < mr. */
+static BF16 void round_rows(const float *x, int ld_x, int mr, int kc, uint16_t *xb)
+{
+    for (int r = 0; r < mr; r++) {
+        const float *xr = x + (size_t)r * ld_x;
+        uint16_t *o = xb + (size_t)r * KC;
+        for (int i = 0; i < kc; i += 32) {
+            const int left = kc - i;
+            const __mmask16 lo = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1),
+                            hi = left >= 32   ? 0xFFFF
+                                 : left <= 16 ? 0
+                                              : (__mmask16)((1u << (left - 16)) - 1);
+            const __m512 a = _mm512_maskz_loadu_ps(lo, xr + i),
+                         b = _mm512_maskz_loadu_ps(hi, xr + i + 16);
+            _mm512_store_si512((__m512i *)(o + i), (__m512i)_mm512_cvtne2ps_pbh(b, a));
+        }
+    }
+}
+
+/* ---- the 8 x 32 tile ---------------------------------------------------------------------- */
+
+/* y[r][0..nr) (+)= Σ_kp xb[r] pair kp · panel[kp] for r < R (a constant at each call site). */
+static inline __attribute__((always_inline)) BF16 void tile(const int R, int kp_n,
+                                                            const uint16_t *xb, const uint32_t *b,
+                                                            float *y, int ld_y, int nr, bool acc)
+{
+    __m512 c0[MR], c1[MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) c0[r] = c1[r] = _mm512_setzero_ps();
+    for (int kp = 0; kp < kp_n; kp++) {
+        const __m512bh b0 = (__m512bh)_mm512_load_si512(b + (size_t)kp * NR),
+                       b1 = (__m512bh)_mm512_load_si512(b + (size_t)kp * NR + 16);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            uint32_t p;
+            memcpy(&p, xb + (size_t)r * KC + 2 * kp, 4);
+            const __m512bh a = (__m512bh)_mm512_set1_epi32((int)p);
+            c0[r] = _mm512_dpbf16_ps(c0[r], a, b0);
+            c1[r] = _mm512_dpbf16_ps(c1[r], a, b1);
+        }
+    }
+    const __mmask16 m0 = nr >= 16 ? 0xFFFF : (__mmask16)((1u << nr) - 1),
+                    m1 = nr >= 32   ? 0xFFFF
+                         : nr <= 16 ? 0
+                                    : (__mmask16)((1u << (nr - 16)) - 1);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        float *yr = y + (size_t)r * ld_y;
+        if (acc) {
+            c0[r] = _mm512_add_ps(c0[r], _mm512_maskz_loadu_ps(m0, yr));
+            c1[r] = _mm512_add_ps(c1[r], _mm512_maskz_loadu_ps(m1, yr + 16));
+        }
+        _mm512_mask_storeu_ps(yr, m0, c0[r]);
+        _mm512_mask_storeu_ps(yr + 16, m1, c1[r]);
+    }
+}
+
+static BF16 void tile_mr(int mr, int kp_n, const uint16_t *xb, const uint32_t *b, float *y,
+                         int ld_y, int nr, bool acc)
+{
+    switch (mr) {
+    case 8: tile(8, kp_n, xb, b, y, ld_y, nr, acc); break;
+    case 7: tile(7, kp_n, xb, b, y, ld_y, nr, acc); break;
+    case 6: tile(6, kp_n, xb, b, y, ld_y, nr, acc); break;
+    case 5: tile(5, kp_n, xb, b, y, ld_y, nr, acc); break;
+    case 4: tile(4, kp_n, xb, b, y, ld_y, nr, acc); break;
+    case 3: tile(3, kp_n, xb, b, y, ld_y, nr, acc); break;
+    case 2: tile(2, kp_n, xb, b, y, ld_y, nr, acc); break;
+    default: tile(1, kp_n, xb, b, y, ld_y, nr, acc); break;
+    }
+}
+
+bool gemm_bf16(int M, int N, int K, const float *x, int ld_x, const uint16_t *w, size_t w_row_bytes,
+               float beta, float *y, int ld_y)
+{
+    if (!gemm_bf16_supported()) return false;
+    if (M <= 0 || N <= 0) return true;
+    /* NC x KC / 2 pairs of weight panels, then MC x KC bf16 activations */
+    _Static_assert((size_t)NC * KC * 2 + (size_t)MC * KC * 2 <= GEMM_PACK_BUF_BYTES, "buffer");
+    uint32_t *buf = gemm_pack_buf();
+    if (!buf) return false;
+    uint16_t *xb = (uint16_t *)(buf + (size_t)NC * KC / 2);
+    for (int jc = 0; jc < N; jc += NC) {
+        const int nc = N - jc < NC ? N - jc : NC;
+        for (int pc = 0; pc < K; pc += KC) {
+            const int kc = K - pc < KC ? K - pc : KC, kp_n = (kc + 1) / 2;
+            const bool acc = pc > 0 || beta != 0.0f;
+            for (int jr = 0; jr < nc; jr += NR)
+                pack_panel((const char *)w + (size_t)(jc + jr) * w_row_bytes, w_row_bytes,
+                           nc - jr < NR ? nc - jr : NR, pc, kc, K, buf + (size_t)jr * KC / 2);
+            for (int ic = 0; ic < M; ic += MC) {
+                const int mc = M - ic < MC ? M - ic : MC;
+                round_rows(x + (size_t)ic * ld_x + pc, ld_x, mc, kc, xb);
+                for (int jr = 0; jr < nc; jr += NR) {
+                    const int nr = nc - jr < NR ? nc - jr : NR;
+                    const uint32_t *b = buf + (size_t)jr * KC / 2;
+                    for (int ir = 0; ir < mc; ir += MR)
+                        tile_mr(mc - ir < MR ? mc - ir : MR, kp_n, xb + (size_t)ir * KC, b,
+                                y + (size_t)(ic + ir) * ld_y + jc + jr, ld_y, nr, acc);
+                }
+            }
+        }
+    }
+    return true;
+}
+
+#else /* not x86-64: the float paths take every prefill product */
+
+bool gemm_bf16_supported(void)
+{
+    return false;
+}
+
+bool gemm_bf16(int M, int N, int K, const float *x, int ld_x, const uint16_t *w, size_t w_row_bytes,
+               float beta, float *y, int ld_y)
+{
+    (void)M, (void)N, (void)K, (void)x, (void)ld_x, (void)w, (void)w_row_bytes;
+    (void)beta, (void)y, (void)ld_y;
+    return false;
+}
+
+#endif
+
+bool gemm_bf16_prefer(void)
+{
+    return gemm_bf16_supported() && gemm_f32_mode_get() == GEMM_F32_AUTO;
+}

@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/cpu/gemm_bf16.h — prefill with BF16 weights in AVX-512 BF16 tiles:
+ *
+ *   y[m][n] = beta * y[m][n] + Σ_k bf16(x[m][k]) · w[n][k]      m < M, n < N, beta 0 or 1
+ *
+ * The weights are bf16 as they lie in the model file; the activations are rounded to bf16
+ * (to nearest, ties to even: q_f32_to_bf16's rounding, as vcvtne2ps2bf16 does it), and
+ * vdpbf16ps sums the products of pairs of k in float32. A block of k is packed into panels of
+ * 32 weight rows, one 32-bit pair of k per row, so one vdpbf16ps dots 16 weight rows with a
+ * broadcast pair of one activation row: 32 products; an 8 x 32 tile keeps 16 accumulators.
+ *
+ * Not the exact float32 product: the activations' rounding costs up to 2^-8 of each product,
+ * so |y - exact| <= (2^-8 + (K + 2) · 2^-24) · Σ_k |x w| (plus the flush of subnormal inputs
+ * and results to zero, as vdpbf16ps does). A row's results do not depend on the rows or
+ * columns beside it (each output sums its pairs of k in order), so a row in any batch that
+ * takes this path gets the same bits.
+ *
+ * The backend takes it for BF16 weights above gemm_small's rows where the CPU has AVX-512
+ * BF16 and RINGLM_PREFILL_GEMM is unset (auto); =own (gemm_f32's float panels) and =blas
+ * (SGEMM) keep the exact float32 arithmetic, for the reference tests.
+ */
+#ifndef RINGLM_KERNELS_CPU_GEMM_BF16_H
+#define RINGLM_KERNELS_CPU_GEMM_BF16_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Whether this machine runs it (x86-64 with AVX-512 F, BW, VL and BF16). */
+bool gemm_bf16_supported(void);
+
+/* Whether the backend runs a product of BF16 weights here: supported, and the prefill mode
+ * is auto (gemm_f32.h). */
+bool gemm_bf16_prefer(void);
+
+/*
+ * y = beta * y + bf16(x) · w^T. x: M rows of K floats, ld_x floats apart; w: N rows of K
+ * bf16 values, w_row_bytes apart; y: M rows of N floats, ld_y apart; beta 0 or 1.
+ * Single-threaded (callers split N). Returns false, having written nothing, where it cannot
+ * run (not supported here, no memory for its panels).
+ */
+bool gemm_bf16(int M, int N, int K, const float *x, int ld_x, const uint16_t *w, size_t w_row_bytes,
+               float beta, float *y, int ld_y);
+
+#endif
