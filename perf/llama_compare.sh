@@ -14,7 +14,7 @@
 # hits both alike. The load average is recorded before and after every block and printed.
 # perf/machine_probe runs before the first and after the last run: the memory read bandwidth,
 # the f32 FMA peak, OpenBLAS's SGEMM rate (and the core it chose) of this machine now, and
-# one core's products per cycle in FMAs and in 8-bit integer dots (machine_probe --mul).
+# one core's products per cycle in FMAs, 8-bit integer dots and BF16 dots (machine_probe --mul).
 # Prints per file the median of each figure with the lowest and highest run, ringlm/llama.cpp
 # on the medians, and batch-1 decode as a share of the probed read bandwidth (the file's
 # bytes read once per token). Prefill lengths beyond a model's context (stories15M: 256) are
@@ -268,7 +268,7 @@ if [ "$JSON" = 0 ]; then
   echo "$probe" | jq -r '"machine (probed before and after the runs): \(.cpu_features); OpenBLAS core \(.openblas_core)",
     "  read \(.read_gb_s | map(tostring) | join(" / ")) GB/s; f32 FMA peak \(.fma_gflop_s | map(tostring) | join(" / ")) GFLOP/s;",
     "  SGEMM 1024^3 \(.sgemm_gflop_s | map(tostring) | join(" / ")) GFLOP/s; 256x768x768 on 1 thread \(.sgemm_prefill_1thread_gflop_s | map(tostring) | join(" / ")) GFLOP/s",
-    (if (.mul | length) > 0 then "  products per cycle, 1 thread: f32 FMA \(.mul | map(.fma_f32 | tostring) | join(" / ")); 8-bit dot (maddubs+madd) \(.mul | map(.dot8 | tostring) | join(" / "))" else empty end)'
+    (if (.mul | length) > 0 then "  products per cycle, 1 thread: f32 FMA \(.mul | map(.fma_f32 | tostring) | join(" / ")); 8-bit dot (maddubs+madd) \(.mul | map(.dot8 | tostring) | join(" / ")); bf16 dot (vdpbf16ps, 0 without it) \(.mul | map(.bf16 // 0 | tostring) | join(" / "))" else empty end)'
   echo "load average: $load_start at the start, $load_end at the end ($(nproc) CPUs)"
   # the 1-minute load before and after each block: its range per side
   awk '{ side = ($0 ~ /ringlm:/) ? "ringlm" : "llama.cpp"; v = $NF + 0
