@@ -60,8 +60,11 @@ int ringlm_chat_format(int tpl, const ringlm_chat_msg *msgs, int n, char **text)
 
 /* The opaque handle is model/'s chat_jinja under the public name. */
 struct ringlm_chat_jinja;
-_Static_assert(RINGLM_CHAT_JINJA_STRIP_BOS == CHAT_JINJA_STRIP_BOS,
-               "ringlm.h's render flags are model/chat.h's");
+_Static_assert(RINGLM_CHAT_JINJA_STRIP_BOS == CHAT_JINJA_STRIP_BOS &&
+                   RINGLM_CHAT_JINJA_STRIP_EOS == CHAT_JINJA_STRIP_EOS &&
+                   RINGLM_CHAT_JINJA_STRIP_BOS == RINGLM_TOKENIZE_BOS &&
+                   RINGLM_CHAT_JINJA_STRIP_EOS == RINGLM_TOKENIZE_EOS,
+               "ringlm.h's render flags are model/chat.h's and the tokenizer's");
 
 int ringlm_chat_jinja_load(const char *gguf_path, ringlm_chat_jinja **out)
 {
@@ -77,7 +80,7 @@ int ringlm_chat_jinja_new(const char *source, const char *bos, const char *eos,
 int ringlm_chat_jinja_render(const ringlm_chat_jinja *t, const char *vars_json, unsigned flags,
                              char **text)
 {
-    if (flags & ~RINGLM_CHAT_JINJA_STRIP_BOS)
+    if (flags & ~(RINGLM_CHAT_JINJA_STRIP_BOS | RINGLM_CHAT_JINJA_STRIP_EOS))
         return client_seterr(-EINVAL, "ringlm_chat_jinja_render: unknown flags 0x%x", flags);
     return fail(chat_jinja_render((const chat_jinja *)t, vars_json, flags, text));
 }

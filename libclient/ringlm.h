@@ -576,7 +576,7 @@ const char *ringlm_errdetail(void);
  *   ringlm_tokenizer *tok;
  *   ringlm_tokenizer_load("model.gguf", 0, &tok);
  *   int32_t *ids = malloc(ringlm_tokenize_bound(text) * sizeof *ids);
- *   int n = ringlm_tokenize(tok, text, RINGLM_TOKENIZE_BOS, ids, ringlm_tokenize_bound(text));
+ *   int n = ringlm_tokenize(tok, text, RINGLM_TOKENIZE_SPECIAL, ids, ringlm_tokenize_bound(text));
  *   ... r.prompt = ids; r.n_prompt = n; ringlm_submit ...
  *   for each RINGLM_EV_TOKEN: ringlm_token_text(tok, prev, ev.token, &s); fputs(s); prev = ...
  *   ringlm_tokenizer_free(tok);
@@ -632,6 +632,10 @@ int ringlm_tokenizer_context_length(const ringlm_tokenizer *tok);
  * for SentencePiece and Llama 3's pre-tokenizer (when it names a BOS), EOS never; a llama2.c
  * tokenizer: BOS. With RINGLM_TOKENIZE_BOS or _EOS, that one is added either way. */
 #define RINGLM_TOKENIZE_SPECIAL 4u
+
+/* What RINGLM_TOKENIZE_SPECIAL adds on this tokenizer: RINGLM_TOKENIZE_BOS and/or _EOS (0:
+ * neither), or -EINVAL when tok is NULL. */
+int ringlm_tokenizer_add_special(const ringlm_tokenizer *tok);
 
 /* Enough room for the ids of any encoding of text: 3 * strlen(text) + 3 (BOS, the dummy
  * prefix and EOS; an invalid byte can become the 3 bytes of U+FFFD in BPE). NULL gives 3. */
@@ -755,16 +759,19 @@ int ringlm_chat_format(int tpl, const ringlm_chat_msg *msgs, int n, char **text)
  *   ringlm_chat_jinja *t;
  *   ringlm_chat_jinja_load("model.gguf", &t);
  *   ringlm_chat_jinja_render(t, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}",
- *                            RINGLM_CHAT_JINJA_STRIP_BOS, &text);
- *   ... ringlm_tokenize(tok, text, RINGLM_TOKENIZE_BOS, ...) ...
+ *                            ringlm_tokenizer_add_special(tok), &text);
+ *   ... ringlm_tokenize(tok, text, RINGLM_TOKENIZE_SPECIAL, ...) ...
  *   free(text); ringlm_chat_jinja_free(t);
  */
 typedef struct ringlm_chat_jinja ringlm_chat_jinja;
 
-/* Flags of ringlm_chat_jinja_render. */
-#define RINGLM_CHAT_JINJA_STRIP_BOS                                                                \
-    1u /* leave out a leading BOS token text (the tokenizer's \
-                                          RINGLM_TOKENIZE_BOS adds the id) */
+/* Flags of ringlm_chat_jinja_render: leave out a leading BOS token text, a trailing EOS token
+ * text (a tokenizer that adds the id adds it). They are RINGLM_TOKENIZE_BOS and _EOS, so
+ * ringlm_tokenizer_add_special(tok) gives llama.cpp's chat: the text stripped where the file's
+ * vocabulary adds the ids, then ringlm_tokenize(..., RINGLM_TOKENIZE_SPECIAL, ...) (one BOS,
+ * where the file asks for it). */
+#define RINGLM_CHAT_JINJA_STRIP_BOS 1u
+#define RINGLM_CHAT_JINJA_STRIP_EOS 2u
 
 /* Loads gguf_path's tokenizer.chat_template and the texts of its BOS and EOS tokens (the
  * template's bos_token and eos_token). Returns 0; -ENOENT when the file has no template;

@@ -80,6 +80,13 @@ int ringlm_tokenizer_context_length(const ringlm_tokenizer *tok)
     return tok_context_length(tok->t);
 }
 
+int ringlm_tokenizer_add_special(const ringlm_tokenizer *tok)
+{
+    NEED_TOK(tok);
+    return (tok_add_bos(tok->t) ? (int)RINGLM_TOKENIZE_BOS : 0) |
+           (tok_add_eos(tok->t) ? (int)RINGLM_TOKENIZE_EOS : 0);
+}
+
 size_t ringlm_tokenize_bound(const char *text)
 {
     return tok_encode_bound(text);

@@ -448,7 +448,10 @@ int chat_jinja_render(const chat_jinja *c, const char *vars_json, unsigned flags
     if (err) return chat_seterr(err, "chat template: %s", jinja_errmsg());
     size_t nb = strlen(c->bos);
     if ((flags & CHAT_JINJA_STRIP_BOS) && nb && len >= nb && !memcmp(out, c->bos, nb))
-        memmove(out, out + nb, len - nb + 1);
+        memmove(out, out + nb, (len -= nb) + 1);
+    size_t ne = strlen(c->eos);
+    if ((flags & CHAT_JINJA_STRIP_EOS) && ne && len >= ne && !memcmp(out + len - ne, c->eos, ne))
+        out[len - ne] = 0;
     *text = out;
     return 0;
 }

@@ -71,8 +71,11 @@ int chat_format(int tpl, const chat_msg *msgs, int n, char **text);
 typedef struct chat_jinja chat_jinja;
 
 /* Render flags. CHAT_JINJA_STRIP_BOS: the text does not start with the BOS token's text (for a
- * caller whose tokenizer adds the BOS id itself). */
+ * caller whose tokenizer adds the BOS id itself); CHAT_JINJA_STRIP_EOS: nor ends with the EOS
+ * token's text (a tokenizer that adds the EOS id). llama.cpp's chat templates strip them so
+ * where its vocabulary adds them (add_bos_token, add_eos_token). */
 #define CHAT_JINJA_STRIP_BOS 1u
+#define CHAT_JINJA_STRIP_EOS 2u
 
 /* Parses gguf_path's tokenizer.chat_template, with the texts of its BOS and EOS tokens (the
  * template's bos_token and eos_token). Returns 0, -ENOENT when the file has no template,

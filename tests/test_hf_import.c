@@ -2029,6 +2029,10 @@ Test(hf_import, special_tokens_follow_the_converters_special_vocab, .timeout = 4
                    add_eos = json_is_true(json_object_get(o, "add_eos"));
         ringlm_tokenizer *t;
         cr_assert_eq(ringlm_tokenizer_load(files[c], 0, &t), 0, "%s", ringlm_errdetail());
+        cr_assert_eq(ringlm_tokenizer_add_special(t),
+                     (add_bos ? (int)RINGLM_TOKENIZE_BOS : 0) |
+                         (add_eos ? (int)RINGLM_TOKENIZE_EOS : 0),
+                     "%s", cases[c].name);
         for (size_t i = 0; i < 2; i++) {
             json_t *lc = json_array_get(json_object_get(o, "llama"), i);
             int32_t ids[64], want[64];

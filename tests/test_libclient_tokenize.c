@@ -34,6 +34,7 @@ static struct {
     int (*tokenize)(const ringlm_tokenizer *, const char *, unsigned, int32_t *, size_t);
     int (*token_text)(const ringlm_tokenizer *, int32_t, int32_t, const char **);
     int (*detokenize)(const ringlm_tokenizer *, const int32_t *, size_t, char *, size_t);
+    int (*add_special)(const ringlm_tokenizer *);
     const char *(*errdetail)(void);
 } so;
 
@@ -61,6 +62,7 @@ static void open_so(void)
     SYM(tokenize, "ringlm_tokenize");
     SYM(token_text, "ringlm_token_text");
     SYM(detokenize, "ringlm_detokenize");
+    SYM(add_special, "ringlm_tokenizer_add_special");
     SYM(errdetail, "ringlm_errdetail");
 }
 
@@ -257,6 +259,12 @@ Test(libclient_tokenize, bad_input_gives_an_errno_and_a_detail)
     cr_assert_geq(n, 3, "%s", so.errdetail());
     cr_assert_eq(ids[0], 1);
     cr_assert_eq(ids[n - 1], 2);
+    /* a llama2.c tokenizer: RINGLM_TOKENIZE_SPECIAL adds BOS, as run.c */
+    cr_assert_eq(so.add_special(lt), (int)RINGLM_TOKENIZE_BOS);
+    cr_assert_eq(so.add_special(NULL), -EINVAL);
+    int32_t sp[8];
+    cr_assert_eq(so.tokenize(lt, "Once", RINGLM_TOKENIZE_SPECIAL, sp, 8), n - 1);
+    cr_assert_arr_eq(sp, ids, (size_t)(n - 1) * sizeof *ids);
     cr_assert_eq(so.token_text(lt, -1, 512, &s), -EINVAL);
     cr_assert(strstr(so.errdetail(), "512"), "%s", so.errdetail());
     cr_assert_eq(so.token_text(lt, -1, -3, &s), -EINVAL);

@@ -1,0 +1,173 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The gateway's prompt ids against llama.cpp's server on the same vocabulary file: BOS and
+ * EOS where the file's tokenizer.ggml.add_bos_token and add_eos_token say (absent: BOS, as
+ * llama.cpp defaults for SentencePiece), and a chat template's own BOS and EOS texts left out
+ * only where the tokenizer adds the ids (llama.cpp's common_chat_template strips them so), so
+ * a chat starts with one BOS either way. A real ringlmd (stories260K) and gateway; the ids
+ * the daemon is sent are seen in usage.prompt_tokens (completions, chat), usage.input_tokens
+ * (responses) and /tokenize; llama.cpp's are node-llama-cpp's tokenization of the same file
+ * (tests/node/tokenize.mjs: special tokens parsed, BOS and EOS added as the file asks).
+ */
+#include "tests/gateway_helpers.h"
+
+#include <criterion/criterion.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+static const char *node_dir(void)
+{
+    const char *d = getenv("RINGLM_NODE_DIR");
+    return d && *d ? d : "tests/node";
+}
+
+static void skip_without_node(void)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/node_modules/node-llama-cpp/package.json", node_dir());
+    if (system("command -v node >/dev/null 2>&1") != 0)
+        cr_skip_test("node is not installed: the llama.cpp oracle cannot run");
+    if (access(p, R_OK) != 0)
+        cr_skip_test("%s absent: run `make deps` to install the pinned node-llama-cpp", p);
+}
+
+/* A template that renders its own BOS and EOS texts around the messages. */
+static const char *const tpl = "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content "
+                               "}}{% endfor %}{{ eos_token }}";
+static const char *const prompt = "Once upon a time";
+
+/* llama.cpp's ids of the files (node-llama-cpp): out[i] = {llama: [[ids of texts[i]], ...],
+ * add_bos, add_eos} */
+static json_t *llama_ids(char *const *files, int n, json_t *texts)
+{
+    json_t *models = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(models, json_pack("{s:s}", "gguf", files[i]));
+    json_t *job = json_pack("{s:o, s:o}", "texts", texts, "models", models);
+    char *jpath = th_path(gwh_dir(), "bos-job.json"), *opath = th_path(gwh_dir(), "bos-out.json");
+    cr_assert_eq(json_dump_file(job, jpath, 0), 0, "%s", jpath);
+    json_decref(job);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "node '%s/tokenize.mjs' '%s' > '%s'", node_dir(), jpath, opath);
+    cr_assert_eq(system(cmd), 0, "llama.cpp's tokenizer failed: %s", cmd);
+    json_error_t je;
+    json_t *out = json_load_file(opath, 0, &je);
+    cr_assert_not_null(out, "%s: %s", opath, je.text);
+    free(jpath);
+    free(opath);
+    return out;
+}
+
+/* [BOS]? ids [EOS]? as a compact JSON text */
+static char *with_special(json_t *ids, bool bos, bool eos)
+{
+    json_t *a = json_array();
+    if (bos) json_array_append_new(a, json_integer(1));
+    json_array_extend(a, ids);
+    if (eos) json_array_append_new(a, json_integer(2));
+    char *s = json_dumps(a, JSON_COMPACT);
+    json_decref(a);
+    return s;
+}
+
+static json_t *post_json(const char *path, const char *body)
+{
+    gwh_resp r = gwh_curl(path, NULL, body);
+    cr_assert_eq(r.status, 200, "%s %s: %d %s", path, body, r.status, r.body);
+    json_t *j = json_loads(r.body, 0, NULL);
+    cr_assert_not_null(j, "%s", r.body);
+    gwh_resp_free(&r);
+    return j;
+}
+
+static char *tokenize(const char *body)
+{
+    json_t *j = post_json("/tokenize", body);
+    char *s = json_dumps(json_object_get(j, "tokens"), JSON_COMPACT);
+    json_decref(j);
+    return s;
+}
+
+static long usage(const char *path, const char *body, const char *key)
+{
+    json_t *j = post_json(path, body);
+    json_t *v = json_object_get(json_object_get(j, "usage"), key);
+    cr_assert(json_is_integer(v), "%s: no usage.%s", path, key);
+    long n = (long)json_integer_value(v);
+    json_decref(j);
+    return n;
+}
+
+Test(gateway_bos, prompt_ids_add_bos_and_eos_as_the_file_says_like_llama_cpp, .timeout = 240)
+{
+    gwh_need();
+    gwh_need_curl();
+    skip_without_node();
+    static const struct {
+        int add_bos, add_eos; /* -1: the key absent */
+        bool bos, eos;        /* what llama.cpp adds then */
+    } cases[] = {{-1, -1, true, false}, {0, -1, false, false}, {1, 1, true, true}, {0, 1, false, true}};
+    enum { NC = sizeof cases / sizeof *cases };
+    char *files[NC];
+    for (int c = 0; c < NC; c++) {
+        char name[32];
+        snprintf(name, sizeof name, "bos-%d.gguf", c);
+        files[c] = gwh_stories_gguf_special(name, tpl, cases[c].add_bos, cases[c].add_eos);
+    }
+    /* llama.cpp's chat text: tpl's output on the chat below, less a leading BOS text where
+     * the vocabulary adds BOS, less a trailing EOS text where it adds EOS */
+    const char *chat_texts[4] = {"<s><user>hi there</s>", "<user>hi there</s>",
+                                 "<s><user>hi there", "<user>hi there"};
+    json_t *out = llama_ids(files, NC,
+                            json_pack("[s, s, s, s, s]", prompt, chat_texts[0], chat_texts[1],
+                                      chat_texts[2], chat_texts[3]));
+    gwh_start_daemon(NULL);
+    for (int c = 0; c < NC; c++) {
+        json_t *o = json_array_get(out, (size_t)c), *ll = json_object_get(o, "llama");
+        const bool bos = cases[c].bos, eos = cases[c].eos;
+        cr_assert_eq(json_is_true(json_object_get(o, "add_bos")), bos, "case %d: add_bos", c);
+        cr_assert_eq(json_is_true(json_object_get(o, "add_eos")), eos, "case %d: add_eos", c);
+        char *want_prompt = with_special(json_array_get(ll, 0), bos, eos);
+        char *want_chat =
+            with_special(json_array_get(ll, 1 + (bos ? 1 : 0) + (eos ? 2 : 0)), bos, eos);
+        /* one BOS at the start of a chat, from the template's text or the tokenizer */
+        cr_assert(!strncmp(want_chat, "[1,", 3) && strncmp(want_chat, "[1,1,", 5),
+                  "case %d: %s", c, want_chat);
+        const char *argv[] = {"--tokenizer", files[c], NULL};
+        gwh_start_gateway(argv);
+        gwh_wait_healthy(10000);
+        char body[512];
+        snprintf(body, sizeof body, "{\"prompt\": \"%s\"}", prompt);
+        char *got = tokenize(body);
+        cr_assert_str_eq(got, want_prompt, "case %d: /tokenize of the prompt", c);
+        free(got);
+        snprintf(body, sizeof body, "{\"prompt\": \"%s\", \"max_tokens\": 1}", prompt);
+        long n_want = (long)json_array_size(json_array_get(ll, 0)) + bos + eos;
+        cr_assert_eq(usage("/v1/completions", body, "prompt_tokens"), n_want,
+                     "case %d: completion's prompt_tokens", c);
+        const char *msgs = "[{\"role\": \"user\", \"content\": \"hi there\"}]";
+        snprintf(body, sizeof body, "{\"messages\": %s}", msgs);
+        got = tokenize(body);
+        cr_assert_str_eq(got, want_chat, "case %d: /tokenize of the chat", c);
+        free(got);
+        n_want = (long)json_array_size(json_array_get(ll, 1 + bos + 2 * eos)) + bos + eos;
+        snprintf(body, sizeof body, "{\"messages\": %s, \"max_tokens\": 1}", msgs);
+        cr_assert_eq(usage("/v1/chat/completions", body, "prompt_tokens"), n_want,
+                     "case %d: chat's prompt_tokens", c);
+        snprintf(body, sizeof body, "{\"input\": %s, \"max_output_tokens\": 1}", msgs);
+        cr_assert_eq(usage("/v1/responses", body, "input_tokens"), n_want,
+                     "case %d: responses' input_tokens", c);
+        th_proc_stop(&gwh_gateway, SIGTERM, 10000);
+        free(want_prompt);
+        free(want_chat);
+    }
+    json_decref(out);
+    for (int c = 0; c < NC; c++) free(files[c]);
+    gwh_stop_all();
+    cr_log_info("%d vocabulary files: the gateway's prompt ids are llama.cpp's", NC);
+}
