@@ -27,12 +27,26 @@ int gw_stat_slot(int status)
 }
 
 /* ---- generation requests --------------------------------------------------------------- */
+/* What the model file's template leaves out: the BOS and EOS texts the tokenizer adds as ids. */
+static unsigned jinja_strip(const gw_server *s)
+{
+    int add = s->cfg.tok ? ringlm_tokenizer_add_special(s->cfg.tok) : 0;
+    return add > 0 ? (unsigned)add : 0;
+}
+
+/* A prompt's ids as llama.cpp's server gives them (add_special: BOS and EOS where the file
+ * asks for them), and BOS for an empty prompt, as ringlm-run (a request needs one token). */
+static unsigned prompt_flags(const char *text)
+{
+    return RINGLM_TOKENIZE_SPECIAL | (*text ? 0 : RINGLM_TOKENIZE_BOS);
+}
+
 static int encode_text(const ringlm_tokenizer *t, const char *text, int32_t **ids, uint32_t *n)
 {
     size_t cap = ringlm_tokenize_bound(text);
     *ids = malloc(cap * sizeof **ids);
     if (!*ids) return -ENOMEM;
-    int k = ringlm_tokenize(t, text, RINGLM_TOKENIZE_BOS, *ids, cap);
+    int k = ringlm_tokenize(t, text, prompt_flags(text), *ids, cap);
     if (k < 0) return k;
     *n = (uint32_t)k;
     return 0;
@@ -44,6 +58,7 @@ enum MHD_Result gw_start_generation(gw_server *s, gw_req *r, struct MHD_Connecti
     gw_parse_cfg pc = {.served_model = gw_model(s),
                        .tpl = s->cfg.tpl,
                        .jinja = s->cfg.jinja,
+                       .jinja_strip = jinja_strip(s),
                        .tool_parser = s->cfg.tool_parser};
     int prc = r->ep == EP_RESPONSES
                   ? gw_responses_parse(r->body.p ? r->body.p : "", r->body.len, &pc, &r->p,
@@ -199,6 +214,7 @@ enum MHD_Result gw_ep_tokenize(gw_server *s, gw_req *r, struct MHD_Connection *c
         gw_parse_cfg pc = {.served_model = NULL,
                            .tpl = s->cfg.tpl,
                            .jinja = s->cfg.jinja,
+                           .jinja_strip = jinja_strip(s),
                            .tool_parser = s->cfg.tool_parser};
         gw_params p;
         char *body = json_dumps(o, JSON_COMPACT);
@@ -226,7 +242,7 @@ enum MHD_Result gw_ep_tokenize(gw_server *s, gw_req *r, struct MHD_Connection *c
     size_t cap = ringlm_tokenize_bound(text);
     int32_t *ids = malloc(cap * sizeof *ids);
     int n =
-        ids ? ringlm_tokenize(s->cfg.tok, text, bos ? RINGLM_TOKENIZE_BOS : 0, ids, cap) : -ENOMEM;
+        ids ? ringlm_tokenize(s->cfg.tok, text, bos ? prompt_flags(text) : 0, ids, cap) : -ENOMEM;
     free(text);
     if (n < 0) {
         free(ids);

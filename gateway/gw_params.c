@@ -227,7 +227,8 @@ static json_t *template_messages(json_t *msgs)
 /* The model file's own template: the request's messages (any fields: content parts,
  * tool_calls, tool_call_id, reasoning_content), its tools, add_generation_prompt (default
  * true) and the members of chat_template_kwargs (enable_thinking, ...), as vLLM passes them.
- * The text leaves out a leading BOS: the gateway's tokenizer adds the id. */
+ * As llama.cpp's server, the text leaves out a leading BOS text and a trailing EOS text where
+ * the tokenizer adds the id itself (the file's add_bos_token, add_eos_token): one BOS either way. */
 static int rd_messages_jinja(json_t *o, json_t *msgs, const gw_parse_cfg *cfg, gw_params *p,
                              gw_err *e)
 {
@@ -258,7 +259,7 @@ static int rd_messages_jinja(json_t *o, json_t *msgs, const gw_parse_cfg *cfg, g
     char *vj = json_dumps(vars, JSON_COMPACT), *text = NULL;
     json_decref(vars);
     if (!vj) goto oom;
-    int rc = ringlm_chat_jinja_render(cfg->jinja, vj, RINGLM_CHAT_JINJA_STRIP_BOS, &text);
+    int rc = ringlm_chat_jinja_render(cfg->jinja, vj, cfg->jinja_strip, &text);
     free(vj);
     if (rc == -ENOMEM) goto oom;
     if (rc) {
@@ -784,7 +785,7 @@ static const gw_field fields[] = {
     {"skip_special_tokens", BOTH, REF, "true", "special tokens are never emitted as text"},
     {"spaces_between_special_tokens", BOTH, REF, "true", "special tokens are never emitted"},
     {"truncate_prompt_tokens", BOTH, REF, NULL, "prompts are never truncated"},
-    {"add_special_tokens", BOTH, REF, NULL, "the tokenizer's own rule adds BOS"},
+    {"add_special_tokens", BOTH, REF, NULL, "BOS and EOS are added as the model file says"},
     {"add_generation_prompt", CHAT, IMPL, NULL, NULL},
     {"continue_final_message", CHAT, REF, "false", "the assistant's turn is always new"},
     {"chat_template", CHAT, REF, NULL, "the gateway's --chat-template decides"},

@@ -109,7 +109,8 @@ typedef struct gw_parse_cfg {
     const char *served_model; /* names the model requests must name (when they name one) */
     int tpl;                  /* RINGLM_CHAT_* (libclient's chat templates) */
     const struct ringlm_chat_jinja *jinja; /* the model file's template; NULL: tpl */
-    int tool_parser; /* GW_TOOLS_*: the model's tool-call syntax (0: none known) */
+    unsigned jinja_strip; /* RINGLM_CHAT_JINJA_STRIP_*: what the tokenizer adds itself */
+    int tool_parser;      /* GW_TOOLS_*: the model's tool-call syntax (0: none known) */
 } gw_parse_cfg;
 
 /* Parses body[0..len). Returns 0 and *p (free with gw_params_free), or -1 with *e set. */

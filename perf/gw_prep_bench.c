@@ -40,7 +40,7 @@ static int prepare(gw_kind kind, const char *body, size_t len, const gw_parse_cf
     const size_t cap = ringlm_tokenize_bound(p.prompt_text);
     int32_t *ids = malloc(cap * sizeof *ids);
     if (!ids) bench_die("out of memory");
-    const int n = ringlm_tokenize(tok, p.prompt_text, RINGLM_TOKENIZE_BOS, ids, cap);
+    const int n = ringlm_tokenize(tok, p.prompt_text, RINGLM_TOKENIZE_SPECIAL, ids, cap);
     if (n < 0) bench_die("tokenize: %s", ringlm_errdetail());
     ringlm_request rq;
     ringlm_request_init(&rq);
@@ -130,6 +130,7 @@ int main(int argc, char **argv)
             if (ringlm_chat_jinja_load(cases[c].vocab, &jinja) < 0)
                 bench_die("%s: no chat template: %s", cases[c].vocab, ringlm_errdetail());
             pc.jinja = jinja;
+            pc.jinja_strip = (unsigned)ringlm_tokenizer_add_special(tok);
         }
         const int len = cases[c].kind == GW_CHAT
                             ? snprintf(body, (size_t)bytes + 256,

@@ -239,6 +239,11 @@ double gwh_metric(const char *text, const char *series)
 /* ---- stories260K's vocabulary as a GGUF tokenizer ------------------------------------------ */
 char *gwh_stories_gguf(const char *name, const char *template)
 {
+    return gwh_stories_gguf_special(name, template, -1, -1);
+}
+
+char *gwh_stories_gguf_special(const char *name, const char *template, int add_bos, int add_eos)
+{
     char *src = th_shared_file("models/tok512.bin");
     FILE *f = fopen(src, "rb");
     cr_assert_not_null(f, "%s", src);
@@ -286,6 +291,8 @@ char *gwh_stories_gguf(const char *name, const char *template)
     gw_i32_arr(w, "tokenizer.ggml.token_type", types, N);
     gw_u32(w, "tokenizer.ggml.bos_token_id", 1);
     gw_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    if (add_bos >= 0) gw_bool(w, "tokenizer.ggml.add_bos_token", add_bos);
+    if (add_eos >= 0) gw_bool(w, "tokenizer.ggml.add_eos_token", add_eos);
     if (template) gw_str(w, "tokenizer.chat_template", template);
     cr_assert_eq(gw_write(w, path), 0, "writing %s", path);
     gw_free(w);

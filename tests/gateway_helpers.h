@@ -65,6 +65,8 @@ void gwh_stop_all(void);
  * directory as name: a gateway given it (--tokenizer) renders chats with that template
  * and its ids are the model's. The path (malloc()ed). */
 char *gwh_stories_gguf(const char *name, const char *template);
+/* The same with tokenizer.ggml.add_bos_token and add_eos_token (-1: the key is left out). */
+char *gwh_stories_gguf_special(const char *name, const char *template, int add_bos, int add_eos);
 
 /* ringlmd, and a gateway whose tokenizer is stories260K's vocabulary with chat template
  * jinja (gwh_stories_gguf(file, jinja)), extra: more gateway options (may be NULL); waits
