@@ -387,7 +387,9 @@ static int cmd_generate(int argc, char **argv)
         size_t cap = ringlm_tokenize_bound(prompt);
         ids = malloc(cap * sizeof *ids);
         if (!ids) cli_die("out of memory");
-        n = ringlm_tokenize(tok, prompt, RINGLM_TOKENIZE_BOS, ids, cap);
+        /* BOS and EOS as the file says (llama.cpp's add_special), BOS for "" as run.c */
+        n = ringlm_tokenize(
+            tok, prompt, RINGLM_TOKENIZE_SPECIAL | (*prompt ? 0 : RINGLM_TOKENIZE_BOS), ids, cap);
         if (n < 0) cli_die("encoding the prompt: %s", ringlm_errdetail());
     }
     if (steps > 0) {
