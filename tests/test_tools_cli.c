@@ -31,6 +31,8 @@
 #include "formats/request_log.h"
 #include "numa/rnuma.h"
 #include "sched/sched.h"
+#include "libclient/ringlm.h"
+#include "tests/gateway_helpers.h"
 #include "tests/helpers.h"
 
 /* ---- a daemon for one test ---------------------------------------------------------- */
@@ -1081,6 +1083,47 @@ Test(tools_cli, generate_n_prints_each_sample_as_its_single_request)
     cr_expect(strstr(err, "n 17 outside"), "stderr: %s", err);
     free(out);
     free(err);
+    free(ringlm);
+    free(model);
+}
+
+/* ringlm generate adds BOS and EOS to --prompt as a GGUF tokenizer file says (its
+ * add_bos_token and add_eos_token, as llama.cpp and the gateway): --stats counts the prompt's
+ * ids the daemon was sent. */
+Test(tools_cli, generate_adds_bos_and_eos_as_the_tokenizer_file_says)
+{
+    need_programs();
+    char *model = th_path(th_shared_dir(), "models/stories260K.bin");
+    if (!th_exists(model)) cr_skip_test("stories260K not found under %s", th_shared_dir());
+    const char *args[] = {"--model", model, NULL};
+    start_daemon(args);
+    char *ringlm = th_path(th_bin_dir(), "ringlm");
+    const char *prompt = "Once upon a time";
+    for (int c = 0; c < 4; c++) {
+        const int add_bos = c & 1, add_eos = c >> 1;
+        char name[32];
+        snprintf(name, sizeof name, "special-%d.gguf", c);
+        char *tok = gwh_stories_gguf_special(name, NULL, add_bos, add_eos);
+        ringlm_tokenizer *t;
+        cr_assert_eq(ringlm_tokenizer_load(tok, 0, &t), 0, "%s", ringlm_errdetail());
+        int32_t ids[64];
+        const int n = ringlm_tokenize(t, prompt, 0, ids, 64);
+        cr_assert_gt(n, 0, "%s", ringlm_errdetail());
+        ringlm_tokenizer_free(t);
+        char *argv[] = {ringlm,         "--socket", g_d.sock,   "generate",
+                        "--tokenizer",  tok,        "--prompt", (char *)prompt,
+                        "--max-tokens", "1",        "--stats",  NULL};
+        char *out, *err;
+        cr_assert_eq(th_run(argv, &out, &err, 60), 0, "%s", err);
+        const char *at = strstr(err, "ringlm: ");
+        cr_assert_not_null(at, "no --stats line: %s", err);
+        cr_assert_eq(atoi(at + strlen("ringlm: ")), n + add_bos + add_eos,
+                     "add_bos %d, add_eos %d: %s", add_bos, add_eos, err);
+        free(out);
+        free(err);
+        free(tok);
+    }
+    th_daemon_cleanup(&gwh_daemon); /* the directory gwh_stories_gguf_special wrote in */
     free(ringlm);
     free(model);
 }
