@@ -28,7 +28,8 @@
  * to it, the integer dots of the decode batches), and for Q4_K, Q6_K, Q4_0 and Q4_1 the
  * integer tiles of quant_prefill.h at every M (--rows 4,8,16,32 too: where they would beat
  * the dots). --prefill --type BF16: the AVX-512 BF16 tiles of gemm_bf16.h in that column
- * ("bf16 ms"), with gemm_f32's float panels (own) over them: the previous path over the new.
+ * ("bf16 ms"), with gemm_f32's float panels (own) over them: the previous path over the new;
+ * F32 and F16 with RINGLM_PREFILL_GEMM=bf16 (their weights rounded to bf16 too: opt-in).
  */
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/gemm_f32.h"
@@ -156,8 +157,8 @@ static bool run_bf16(int M, const shape *s, const float *x, const void *w, float
     size_t rb = q_row_bytes(wtype, s->k);
     for (int n0 = 0; n0 < s->n; n0 += chunk) {
         int n = s->n - n0 < chunk ? s->n - n0 : chunk;
-        if (!gemm_bf16(M, n, s->k, x, s->k, (const uint16_t *)((const char *)w + (size_t)n0 * rb),
-                       rb, 0.0f, y + n0, s->n))
+        if (!gemm_bf16(wtype, M, n, s->k, x, s->k, (const char *)w + (size_t)n0 * rb, rb, 0.0f,
+                       y + n0, s->n))
             return false;
     }
     return true;
@@ -192,7 +193,8 @@ static int run_prefill(const char *shape_name, const shape *shapes, int n_shapes
                        const char *wq, size_t w_elems, float *y)
 {
     const char *ta = type_name();
-    const bool bf16 = wtype == Q_BF16 && gemm_bf16_supported();
+    /* the BF16 tiles: for BF16 weights, and for F32 and F16 with RINGLM_PREFILL_GEMM=bf16 */
+    const bool bf16 = gemm_bf16_supported() && (wtype == Q_BF16 || gemm_bf16_prefer(wtype));
     const void *wbase = wq ? (const void *)wq : (const void *)w;
     if (json)
         printf("{\"shape\":\"%s\",\"type\":\"%s\",\"threads\":1,\"repeats\":%d,\"chunks\":%d,"
@@ -224,7 +226,8 @@ static int run_prefill(const char *shape_name, const shape *shapes, int n_shapes
                 ti[r] = 0.0;
                 for (int i = 0; i < iters && int_runs; i++)
                     if (!(bf16 ? run_bf16 : run_int)(
-                            M, s, x, wq + type_bytes((size_t)i % n_copies * wsz), y)) {
+                            M, s, x, (const char *)wbase + type_bytes((size_t)i % n_copies * wsz),
+                            y)) {
                         fprintf(stderr, "gemm_bench: the tiles declined\n");
                         exit(1);
                     }
@@ -245,11 +248,11 @@ static int run_prefill(const char *shape_name, const shape *shapes, int n_shapes
             const double mo = bench_median(ts, R), mb = bench_median(tb, R),
                          mi = bench_median(ti, R);
             const char *takes =
-                bf16 && M > gemm_small_max_rows(GEMM_SMALL_AUTO) && gemm_bf16_prefer() ? "bf16"
-                : wq && q_prefill_runs(wtype, M)                                       ? "int"
-                : wq && q_int_path(wtype, M)                                           ? "dots"
-                : gemm_f32_prefer(wtype, M, s->n, s->k)                                ? "own"
-                                                                                       : "old";
+                bf16 && M > gemm_small_max_rows(GEMM_SMALL_AUTO) && gemm_bf16_prefer(wtype) ? "bf16"
+                : wq && q_prefill_runs(wtype, M)                                            ? "int"
+                : wq && q_int_path(wtype, M)                                                ? "dots"
+                : gemm_f32_prefer(wtype, M, s->n, s->k)                                     ? "own"
+                                                                                            : "old";
             if (json)
                 printf("%s{\"proj\":\"%s\",\"n\":%d,\"k\":%d,\"m\":%d,\"own_ms\":%.4f,"
                        "\"old_ms\":%.4f,\"int_ms\":%.4f,\"engine_takes\":\"%s\"}",

@@ -265,14 +265,15 @@ Test(gguf_oracle, long_prompts_prefilled_in_one_step_equal_llama_cpp, .init = mk
 /* A prompt of 150 tokens prefilled in one step: above gemm_small's rows, BF16 weights take
  * the AVX-512 BF16 tiles where the CPU has them (kernels/cpu/gemm_bf16.h: the activations
  * rounded to bf16, as llama.cpp rounds them for its BF16 dots), F16 gemm_f32's float panels,
- * and the greedy tokens still equal llama.cpp's (near tie 5e-3 as for the short prompt) for
- * the 106 steps the model's 256 positions leave. */
+ * F32 SGEMM (with RINGLM_PREFILL_GEMM=bf16 both through the BF16 tiles as well), and the
+ * greedy tokens still equal llama.cpp's (near tie 5e-3 as for the short prompt) for the 106
+ * steps the model's 256 positions leave. */
 Test(gguf_oracle, long_float_prompts_prefilled_in_one_step_equal_llama_cpp, .init = mk_tmpdir,
      .fini = rm_tmpdir, .timeout = 300)
 {
     skip_without_node();
-    static const char *const types[] = {"BF16", "F16"};
-    run_long_prompt(types, 2, 150, 256 - 150);
+    static const char *const types[] = {"BF16", "F16", "F32"};
+    run_long_prompt(types, 3, 150, 256 - 150);
 }
 
 /* Qwen3: per-head RMSNorm of Q and K before NEOX RoPE, heads of attention.key_length (128

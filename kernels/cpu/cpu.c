@@ -119,12 +119,14 @@ static void matmul_rows(int rows, const float *x, const q_xq *xq, eng_wmat wm, i
     /* BF16 weights above gemm_small's batches, where the CPU has AVX-512 BF16: the activations
      * rounded to bf16 and dotted in vdpbf16ps tiles (gemm_bf16.h: not exact float32, within
      * 2^-8 of each product; RINGLM_PREFILL_GEMM=own or =blas keep float32), 1.7-1.8x the
-     * float panels below (perf/gemm_bench --prefill --type BF16). */
-    if (wm.type == ENG_W_BF16 && rows > gemm_small_max_rows(GEMM_SMALL_AUTO) &&
-        gemm_bf16_prefer()) {
+     * float panels below (perf/gemm_bench --prefill --type BF16); F32 and F16 weights too,
+     * rounded as well, where RINGLM_PREFILL_GEMM=bf16 asks for it. */
+    if ((wm.type == ENG_W_BF16 || wm.type == ENG_W_F32 || wm.type == ENG_W_F16) &&
+        rows > gemm_small_max_rows(GEMM_SMALL_AUTO) && gemm_bf16_prefer(wm.type)) {
         const size_t rb = eng_wrow_bytes(wm.type, k);
-        if (gemm_bf16(rows, n, k, x, k, (const uint16_t *)((const char *)wm.data + (size_t)n0 * rb),
-                      rb, beta, y, ld_y))
+        if (gemm_bf16(wm.type, rows, n, k, x, k,
+                      (const uint16_t *)((const char *)wm.data + (size_t)n0 * rb), rb, beta, y,
+                      ld_y))
             return;
     }
     /* Float weights above gemm_small's batches (prefill, large decode batches): our own AVX2
@@ -860,7 +862,12 @@ static void cpu_describe(void *priv, char *buf, size_t cap)
      * typical prefill shape, as matmul_rows asks per product */
     const bool own = (wt == ENG_W_F32 || wt == ENG_W_F16 || wt == ENG_W_BF16) &&
                      gemm_f32_prefer(wt, 256, c->c.dim, c->c.dim);
-    const char *above = wt == ENG_W_BF16 && gemm_bf16_prefer()
+    const bool tiles16 =
+        (wt == ENG_W_F32 || wt == ENG_W_F16 || wt == ENG_W_BF16) && gemm_bf16_prefer(wt);
+    const char *above = tiles16 && wt != ENG_W_BF16
+                            ? "AVX-512 BF16 tiles (gemm_bf16: weights and activations rounded to "
+                              "bf16, RINGLM_PREFILL_GEMM=bf16) above"
+                        : tiles16
                             ? "AVX-512 BF16 tiles (gemm_bf16: activations rounded to bf16) above"
                         : own ? "own AVX2 tiles (gemm_f32) above"
                               : "OpenBLAS SGEMM above";
@@ -877,9 +884,7 @@ static void cpu_describe(void *priv, char *buf, size_t cap)
         snprintf(buf, cap,
                  "%s projections: %sfloat tiles (%s) and gemm_small (%s) up to %d rows, %s%s; %s",
                  wt == ENG_W_F16 ? "F16" : "BF16", few, conv, gs, small, above,
-                 own && !(wt == ENG_W_BF16 && gemm_bf16_prefer()) ? " (converted while packed)"
-                                                                  : "",
-                 blas);
+                 own && !tiles16 ? " (converted while packed)" : "", blas);
     } else if (q_isa() >= Q_ISA_AVX512 && q_int_path(wt, 256))
         snprintf(buf, cap, "%s projections: integer dots (%s) at every batch size; %s",
                  eng_wtype_name(wt), q_isa_name(q_isa()), blas);

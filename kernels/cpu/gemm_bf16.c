@@ -15,8 +15,13 @@
 
 #include "kernels/cpu/gemm_f32.h"
 #include "kernels/cpu/gemm_pack.h"
+#include "kernels/cpu/quant.h"
 
 #include <string.h>
+
+#define WT_F32  0 /* weight types: quant.h's numbers, ggml's */
+#define WT_F16  1
+#define WT_BF16 30
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -44,42 +49,74 @@ bool gemm_bf16_supported(void)
 
 /* ---- packing ---------------------------------------------------------------------------- */
 
-/* The pair of row h at k and k + 1 (k + 1 < kend, or 0 in its place): low half the first. */
-static inline uint32_t pair_at(const uint16_t *h, int k, int kend)
+/* Element k of a row of wtype as bf16: BF16 as it lies, F32 and F16 rounded to the nearest
+ * (q_f32_to_bf16; vcvtneps2bf16 below rounds alike, but for subnormals, which it flushes). */
+static inline uint32_t bf16_at(int wtype, const void *row, int k)
 {
-    return (uint32_t)h[k] | (k + 1 < kend ? (uint32_t)h[k + 1] << 16 : 0u);
+    switch (wtype) {
+    case WT_F32: return q_f32_to_bf16(((const float *)row)[k]);
+    case WT_F16: return q_f32_to_bf16(q_f16_to_f32(((const uint16_t *)row)[k]));
+    default: return ((const uint16_t *)row)[k];
+    }
+}
+
+/* The pair of a row at k and k + 1 (k + 1 < kend, or 0 in its place): low half the first. */
+static inline uint32_t pair_at(int wtype, const void *row, int k, int kend)
+{
+    return bf16_at(wtype, row, k) | (k + 1 < kend ? bf16_at(wtype, row, k + 1) << 16 : 0u);
+}
+
+/* Elements k .. k + 15 of a row as 16 bf16 (8 pairs) */
+static inline __attribute__((always_inline)) BF16 __m256 load16(int wtype, const void *row, int k)
+{
+    if (wtype == WT_F32) return (__m256)_mm512_cvtneps_pbh(_mm512_loadu_ps((const float *)row + k));
+    const __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + k));
+    if (wtype == WT_F16) return (__m256)_mm512_cvtneps_pbh(_mm512_cvtph_ps(h));
+    return _mm256_castsi256_ps(h);
 }
 
 /* out[kp * NR + j] = pair of rows[j] at k + 2 kp, for j < 8 and kp < 8: the 32-bit pairs
  * transposed as floats. */
-static inline __attribute__((always_inline)) BF16 void pack8x8(const uint16_t *const *rows, int k,
-                                                               uint32_t *out)
+static inline __attribute__((always_inline)) BF16 void pack8x8(int wtype, const void *const *rows,
+                                                               int k, uint32_t *out)
 {
-#define LD(i) _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(rows[i] + k)))
-    gemm_tr8x8(LD(0), LD(1), LD(2), LD(3), LD(4), LD(5), LD(6), LD(7), (float *)out, NR);
-#undef LD
+    gemm_tr8x8(load16(wtype, rows[0], k), load16(wtype, rows[1], k), load16(wtype, rows[2], k),
+               load16(wtype, rows[3], k), load16(wtype, rows[4], k), load16(wtype, rows[5], k),
+               load16(wtype, rows[6], k), load16(wtype, rows[7], k), (float *)out, NR);
 }
 
 /* One panel of nr rows (zeros up to NR) over k0 .. k0 + kc of rows K long, (kc + 1) / 2
- * pairs (the last one's high half 0 where kc is odd). */
-static BF16 void pack_panel(const char *w, size_t rb, int nr, int k0, int kc, int K, uint32_t *out)
+ * pairs (the last one's high half 0 where kc is odd). WTYPE a constant at each call site. */
+static inline __attribute__((always_inline)) BF16 void pack_panel_t(const int wtype, const char *w,
+                                                                    size_t rb, int nr, int k0,
+                                                                    int kc, int K, uint32_t *out)
 {
-    const uint16_t *rows[NR];
-    for (int j = 0; j < nr; j++) rows[j] = (const uint16_t *)(w + (size_t)j * rb);
+    const void *rows[NR];
+    for (int j = 0; j < nr; j++) rows[j] = w + (size_t)j * rb;
     const int kp_n = (kc + 1) / 2, kp8 = (kc / 2) & ~7, kend = k0 + kc < K ? k0 + kc : K;
     for (int g = 0; g < NR; g += 8) {
         if (g + 8 <= nr) {
             for (int kp = 0; kp < kp8; kp += 8)
-                pack8x8(rows + g, k0 + 2 * kp, out + (size_t)kp * NR + g);
+                pack8x8(wtype, rows + g, k0 + 2 * kp, out + (size_t)kp * NR + g);
             for (int kp = kp8; kp < kp_n; kp++)
                 for (int j = 0; j < 8; j++)
-                    out[(size_t)kp * NR + g + j] = pair_at(rows[g + j], k0 + 2 * kp, kend);
+                    out[(size_t)kp * NR + g + j] = pair_at(wtype, rows[g + j], k0 + 2 * kp, kend);
         } else {
             for (int kp = 0; kp < kp_n; kp++)
                 for (int j = 0; j < 8; j++)
                     out[(size_t)kp * NR + g + j] =
-                        g + j < nr ? pair_at(rows[g + j], k0 + 2 * kp, kend) : 0u;
+                        g + j < nr ? pair_at(wtype, rows[g + j], k0 + 2 * kp, kend) : 0u;
         }
+    }
+}
+
+static BF16 void pack_panel(int wtype, const char *w, size_t rb, int nr, int k0, int kc, int K,
+                            uint32_t *out)
+{
+    switch (wtype) {
+    case WT_F32: pack_panel_t(WT_F32, w, rb, nr, k0, kc, K, out); break;
+    case WT_F16: pack_panel_t(WT_F16, w, rb, nr, k0, kc, K, out); break;
+    default: pack_panel_t(WT_BF16, w, rb, nr, k0, kc, K, out); break;
     }
 }
 
@@ -155,10 +192,11 @@ static BF16 void tile_mr(int mr, int kp_n, const uint16_t *xb, const uint32_t *b
     }
 }
 
-bool gemm_bf16(int M, int N, int K, const float *x, int ld_x, const uint16_t *w, size_t w_row_bytes,
-               float beta, float *y, int ld_y)
+bool gemm_bf16(int wtype, int M, int N, int K, const float *x, int ld_x, const void *w,
+               size_t w_row_bytes, float beta, float *y, int ld_y)
 {
-    if (!gemm_bf16_supported()) return false;
+    if (!gemm_bf16_supported() || (wtype != WT_F32 && wtype != WT_F16 && wtype != WT_BF16))
+        return false;
     if (M <= 0 || N <= 0) return true;
     /* NC x KC / 2 pairs of weight panels, then MC x KC bf16 activations */
     _Static_assert((size_t)NC * KC * 2 + (size_t)MC * KC * 2 <= GEMM_PACK_BUF_BYTES, "buffer");
@@ -171,7 +209,7 @@ bool gemm_bf16(int M, int N, int K, const float *x, int ld_x, const uint16_t *w,
             const int kc = K - pc < KC ? K - pc : KC, kp_n = (kc + 1) / 2;
             const bool acc = pc > 0 || beta != 0.0f;
             for (int jr = 0; jr < nc; jr += NR)
-                pack_panel((const char *)w + (size_t)(jc + jr) * w_row_bytes, w_row_bytes,
+                pack_panel(wtype, (const char *)w + (size_t)(jc + jr) * w_row_bytes, w_row_bytes,
                            nc - jr < NR ? nc - jr : NR, pc, kc, K, buf + (size_t)jr * KC / 2);
             for (int ic = 0; ic < M; ic += MC) {
                 const int mc = M - ic < MC ? M - ic : MC;
@@ -196,17 +234,19 @@ bool gemm_bf16_supported(void)
     return false;
 }
 
-bool gemm_bf16(int M, int N, int K, const float *x, int ld_x, const uint16_t *w, size_t w_row_bytes,
-               float beta, float *y, int ld_y)
+bool gemm_bf16(int wtype, int M, int N, int K, const float *x, int ld_x, const void *w,
+               size_t w_row_bytes, float beta, float *y, int ld_y)
 {
-    (void)M, (void)N, (void)K, (void)x, (void)ld_x, (void)w, (void)w_row_bytes;
+    (void)wtype, (void)M, (void)N, (void)K, (void)x, (void)ld_x, (void)w, (void)w_row_bytes;
     (void)beta, (void)y, (void)ld_y;
     return false;
 }
 
 #endif
 
-bool gemm_bf16_prefer(void)
+bool gemm_bf16_prefer(int wtype)
 {
-    return gemm_bf16_supported() && gemm_f32_mode_get() == GEMM_F32_AUTO;
+    if (!gemm_bf16_supported()) return false;
+    const gemm_f32_mode m = gemm_f32_mode_get();
+    return m == GEMM_F32_BF16 || (m == GEMM_F32_AUTO && wtype == WT_BF16);
 }

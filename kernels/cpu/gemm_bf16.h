@@ -19,6 +19,10 @@
  * The backend takes it for BF16 weights above gemm_small's rows where the CPU has AVX-512
  * BF16 and RINGLM_PREFILL_GEMM is unset (auto); =own (gemm_f32's float panels) and =blas
  * (SGEMM) keep the exact float32 arithmetic, for the reference tests.
+ *
+ * F32 and F16 weights take it only where asked (RINGLM_PREFILL_GEMM=bf16): their weights
+ * are rounded to bf16 too as they are packed, so |y - exact| <= (2^-7 + 2^-16 + (K + 2) ·
+ * 2^-24) · Σ_k |x w|.
  */
 #ifndef RINGLM_KERNELS_CPU_GEMM_BF16_H
 #define RINGLM_KERNELS_CPU_GEMM_BF16_H
@@ -30,17 +34,19 @@
 /* Whether this machine runs it (x86-64 with AVX-512 F, BW, VL and BF16). */
 bool gemm_bf16_supported(void);
 
-/* Whether the backend runs a product of BF16 weights here: supported, and the prefill mode
- * is auto (gemm_f32.h). */
-bool gemm_bf16_prefer(void);
+/* Whether the backend runs a product of weights of wtype (quant.h's numbers) here:
+ * supported, and BF16 weights with the prefill mode auto, or F32, F16 and BF16 weights with
+ * RINGLM_PREFILL_GEMM=bf16 (gemm_f32.h). */
+bool gemm_bf16_prefer(int wtype);
 
 /*
- * y = beta * y + bf16(x) · w^T. x: M rows of K floats, ld_x floats apart; w: N rows of K
- * bf16 values, w_row_bytes apart; y: M rows of N floats, ld_y apart; beta 0 or 1.
- * Single-threaded (callers split N). Returns false, having written nothing, where it cannot
- * run (not supported here, no memory for its panels).
+ * y = beta * y + bf16(x) · bf16(w)^T. x: M rows of K floats, ld_x floats apart; w: N rows of
+ * K elements of wtype (F32, F16 or BF16: quant.h's Q_F32, Q_F16, Q_BF16), w_row_bytes apart;
+ * y: M rows of N floats, ld_y apart; beta 0 or 1. Single-threaded (callers split N). Returns
+ * false, having written nothing, where it cannot run (not supported here, another type, no
+ * memory for its panels).
  */
-bool gemm_bf16(int M, int N, int K, const float *x, int ld_x, const uint16_t *w, size_t w_row_bytes,
-               float beta, float *y, int ld_y);
+bool gemm_bf16(int wtype, int M, int N, int K, const float *x, int ld_x, const void *w,
+               size_t w_row_bytes, float beta, float *y, int ld_y);
 
 #endif

@@ -35,9 +35,10 @@ gemm_f32_mode gemm_f32_mode_get(void)
     int m = __atomic_load_n(&mode, __ATOMIC_RELAXED);
     if (m < 0) {
         const char *e = getenv("RINGLM_PREFILL_GEMM");
-        m = e && strcmp(e, "blas") == 0  ? GEMM_F32_BLAS
-            : e && strcmp(e, "own") == 0 ? GEMM_F32_OWN
-                                         : GEMM_F32_AUTO;
+        m = e && strcmp(e, "blas") == 0   ? GEMM_F32_BLAS
+            : e && strcmp(e, "own") == 0  ? GEMM_F32_OWN
+            : e && strcmp(e, "bf16") == 0 ? GEMM_F32_BF16
+                                          : GEMM_F32_AUTO;
         __atomic_store_n(&mode, m, __ATOMIC_RELAXED);
     }
     return (gemm_f32_mode)mode;

@@ -20,7 +20,8 @@
  * product (the exact-F32 reference path the engine had before), =own this one wherever it
  * runs; the default (auto) takes gemm_f32_prefer's choice, and for BF16 weights gemm_bf16.h's
  * tiles where the CPU has AVX-512 BF16 (activations rounded to bf16: =own and =blas keep the
- * float32 arithmetic).
+ * float32 arithmetic), and =bf16 F32 and F16 weights through those tiles too (their weights
+ * rounded to bf16 as well: opt-in, never the default, never for the reference tests).
  */
 #ifndef RINGLM_KERNELS_CPU_GEMM_F32_H
 #define RINGLM_KERNELS_CPU_GEMM_F32_H
@@ -32,7 +33,12 @@
 bool gemm_f32_supported(void);
 
 /* Which path the backend takes for prefill products, from RINGLM_PREFILL_GEMM (read once). */
-typedef enum gemm_f32_mode { GEMM_F32_AUTO, GEMM_F32_BLAS, GEMM_F32_OWN } gemm_f32_mode;
+typedef enum gemm_f32_mode {
+    GEMM_F32_AUTO,
+    GEMM_F32_BLAS,
+    GEMM_F32_OWN,
+    GEMM_F32_BF16 /* =bf16: F32, F16 and BF16 weights through gemm_bf16.h's tiles */
+} gemm_f32_mode;
 gemm_f32_mode gemm_f32_mode_get(void);
 
 /* Whether the backend runs a product of M activation rows with N weight rows of K elements in
