@@ -17,6 +17,7 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 static char tmpdir[256];
 
@@ -49,6 +50,17 @@ static inline const char *node_dir(void)
 {
     const char *d = getenv("RINGLM_NODE_DIR");
     return d && *d ? d : "tests/node";
+}
+
+/* Skips the test where node or the pinned node-llama-cpp (the llama.cpp oracle) is absent. */
+static inline void skip_without_node(void)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/node_modules/node-llama-cpp/package.json", node_dir());
+    if (system("command -v node >/dev/null 2>&1") != 0)
+        cr_skip_test("node is not installed: the llama.cpp oracle cannot run");
+    if (access(p, R_OK) != 0)
+        cr_skip_test("%s absent: run `make deps` to install the pinned node-llama-cpp", p);
 }
 
 /* Runs the node oracle `script` (in node_dir()) on job, written to <tmpdir>/<name>.json (job

@@ -11,6 +11,7 @@
  * flags.
  */
 #include "tests/gateway_helpers.h"
+#include "tests/gguf_test_util.h"
 
 #include <criterion/criterion.h>
 
@@ -27,22 +28,6 @@
 #include "libclient/ringlm.h"
 
 TestSuite(gateway_bos, .fini = gwh_stop_all, .timeout = 240);
-
-static const char *node_dir(void)
-{
-    const char *d = getenv("RINGLM_NODE_DIR");
-    return d && *d ? d : "tests/node";
-}
-
-static void skip_without_node(void)
-{
-    char p[512];
-    snprintf(p, sizeof p, "%s/node_modules/node-llama-cpp/package.json", node_dir());
-    if (system("command -v node >/dev/null 2>&1") != 0)
-        cr_skip_test("node is not installed: the llama.cpp oracle cannot run");
-    if (access(p, R_OK) != 0)
-        cr_skip_test("%s absent: run `make deps` to install the pinned node-llama-cpp", p);
-}
 
 /* A template that renders its own BOS and EOS texts around the messages. */
 static const char *const tpl = "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content "

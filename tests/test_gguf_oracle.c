@@ -29,16 +29,6 @@
 
 #define STEPS 200
 
-static void skip_without_node(void)
-{
-    char p[512];
-    snprintf(p, sizeof p, "%s/node_modules/node-llama-cpp/package.json", node_dir());
-    if (system("command -v node >/dev/null 2>&1") != 0)
-        cr_skip_test("node is not installed: the llama.cpp oracle cannot run");
-    if (access(p, R_OK) != 0)
-        cr_skip_test("%s absent: run `make deps` to install the pinned node-llama-cpp", p);
-}
-
 typedef struct job {
     char model[512];
     int32_t prompt[192];

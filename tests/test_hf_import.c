@@ -940,16 +940,6 @@ Test(hf_import, bad_checkpoints_are_refused_naming_the_file_and_tensor)
 
 /* ---- Llama 3.x RoPE scaling, and llama.cpp on imported files ---------------------------- */
 
-static void skip_without_node(void)
-{
-    char p[512];
-    snprintf(p, sizeof p, "%s/node_modules/node-llama-cpp/package.json", node_dir());
-    if (system("command -v node >/dev/null 2>&1") != 0)
-        cr_skip_test("node is not installed: the llama.cpp oracle cannot run");
-    if (access(p, R_OK) != 0)
-        cr_skip_test("%s absent: run `make deps` to install the pinned node-llama-cpp", p);
-}
-
 #define STEPS 200
 
 /* ringlm's greedy tokens from prompt, STEPS of them. */
