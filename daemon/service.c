@@ -519,6 +519,16 @@ int svc_create(const svc_config *cfg, svc **out)
         .window_ring_bytes = eng_kv_ring_bytes(s->engine),
         .window_snapshots = s->ex.n_snaps,
     };
+    { /* the step model charges a windowed layer min(context, window), rings or not */
+        const eng_model_hparams *hp = eng_model_hparams_of(s->model);
+        uint32_t windowed = 0;
+        for (int l = 0; l < s->mcfg->n_layers; l++) windowed += eng_layer_windowed(hp, l);
+        if (windowed && hp->swa_window > 0) {
+            sc.step_window = (uint32_t)hp->swa_window;
+            sc.step_window_layers = windowed;
+            sc.step_layers = (uint32_t)s->mcfg->n_layers;
+        }
+    }
     if (kv_rings && progress) {
         const eng_model_hparams *hp = eng_model_hparams_of(s->model);
         int global = 0;

@@ -24,12 +24,12 @@ static void add_entry(sched *s, uint32_t slot, uint32_t n, bool prefill)
     r->entry_idx = s->entries.n;
     r->defer = SCHED_DEFER_NONE;
     VEC_PUSH(s, s->entries, e);
-    s->plan.context_tokens += (uint64_t)r->computed + n;
+    s->plan.context_tokens += sc_context_charge(s, (uint64_t)r->computed + n);
     if (prefill) {
         s->plan.n_prefill++;
         s->plan.prefill_tokens += n;
         /* each row attends to those before it (sched_plan_work.prefill_pairs) */
-        s->plan_pairs += (double)n * r->computed + (double)n * ((double)n - 1) / 2;
+        s->plan.prefill_pairs += sc_pairs_charge(s, r->computed, n);
         /* prompt work is charged when it is scheduled: fair share follows the compute given.
          * Re-prefill after a recompute preemption is not charged again: the tenant did not
          * choose to lose that work. */

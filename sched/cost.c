@@ -51,6 +51,30 @@ double sc_predict_step_us(const sched *s, uint64_t prefill, uint64_t decode, uin
     return sched_step_model_us(&s->conf.step, &w) * s->corr;
 }
 
+uint64_t sc_context_charge(const sched *s, uint64_t ctx)
+{
+    if (!s->win || ctx <= s->win) return ctx;
+    const uint64_t global = s->win_of - s->win_layers;
+    return (ctx * global + (uint64_t)s->win * s->win_layers + s->win_of / 2) / s->win_of;
+}
+
+/* Σ min(p, w) over p in [a, b): what rows at positions a..b-1 read on a windowed layer */
+static double sum_min(double a, double b, double w)
+{
+    if (b <= a) return 0;
+    if (b <= w) return (a + b - 1) * (b - a) / 2;
+    if (a >= w) return w * (b - a);
+    return (a + w - 1) * (w - a) / 2 + w * (b - w);
+}
+
+double sc_pairs_charge(const sched *s, double start, double n)
+{
+    const double all = n * start + n * (n - 1) / 2; /* each row attends to those before it */
+    if (!s->win || start + n <= s->win) return all;
+    const double global = s->win_of - s->win_layers;
+    return (all * global + sum_min(start, start + n, s->win) * s->win_layers) / s->win_of;
+}
+
 /* Prefill time for a context of n tokens, from the step model: the marginal per-token cost
  * plus the attention over the growing context, chunk by chunk. */
 double sc_prefill_us(const sched *s, uint64_t n)
@@ -62,8 +86,16 @@ double sc_prefill_us(const sched *s, uint64_t n)
     /* chunk j (1-based) ends at context j × chunk, the last one at n: the step model charges
      * each step for the context of the sequences in it */
     double ctx = steps > 0 ? chunk * (steps - 1) * steps / 2 + (double)n : 0;
+    if (s->win && n > s->win) {
+        /* a windowed layer reads min(j × chunk, window) in chunk j */
+        double k = floor((double)s->win / chunk);
+        if (k > steps - 1) k = steps - 1;
+        double win = chunk * k * (k + 1) / 2 + (steps - 1 - k) * s->win + s->win;
+        double global = s->win_of - s->win_layers;
+        ctx = (ctx * global + win * s->win_layers) / s->win_of;
+    }
     /* the chunks' attention pairs add up to the whole prompt's, n(n-1)/2 */
-    double pairs = (double)n * ((double)n - 1) / 2;
+    double pairs = sc_pairs_charge(s, 0, (double)n);
     double us = c->step.prefill_token_us * (double)n + c->step.context_token_us * ctx +
                 c->step.prefill_pair_us * pairs;
     return us * s->corr;
@@ -198,16 +230,13 @@ void sched_plan_work_of(const sched_plan *p, sched_plan_work *w)
     w->prefill_tokens = (uint64_t)p->prefill_tokens + p->pad_tokens;
     w->decode_seqs = p->n_decode;
     w->context_tokens = p->context_tokens;
+    w->prefill_pairs = p->prefill_pairs;
     for (uint32_t i = 0; i < p->n_entries; i++) {
         const sched_entry *e = &p->entries[i];
-        double n = e->n_tokens;
-        if (!e->prefill) {
-            w->decode_context += (double)e->start_pos + n;
-            continue;
-        }
-        w->prefill_seqs++;
-        w->prefill_pairs +=
-            n * e->start_pos + n * (n - 1) / 2; /* each row attends to those before it */
+        if (e->prefill)
+            w->prefill_seqs++;
+        else
+            w->decode_context += (double)e->start_pos + e->n_tokens;
     }
 }
 

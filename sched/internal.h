@@ -281,7 +281,9 @@ struct sched {
     double corr;
     tier_est tiers[SCHED_POOL__COUNT];
     double last_pred_us;
-    double plan_pairs; /* the plan's prefill attention pairs (add_entry) */
+    /* the step model's window (sched_config.step_window; 0: none): win_layers of
+     * win_of layers read the last win positions */
+    uint32_t win, win_layers, win_of;
     uint64_t xfer_measured;
     /* measured prefill rate under backlog (exponentially decayed sums, ~0.5 s memory) over
      * wall time: rate_mark_us is the last commit's time when work waited through it and the
@@ -526,6 +528,10 @@ void sc_timer_update(sched *s, uint32_t slot);
 double sc_predict_step_us(const sched *s, uint64_t prefill, uint64_t decode, uint64_t ctx,
                           double pairs);
 double sc_prefill_us(const sched *s, uint64_t n);
+/* What the step model charges a sequence at context ctx, and a prefill chunk of n rows from
+ * position start for its attention pairs: a windowed layer reads min(context, window). */
+uint64_t sc_context_charge(const sched *s, uint64_t ctx);
+double sc_pairs_charge(const sched *s, double start, double n);
 /* NULL when m is a step model the scheduler can predict with, else the field at fault, with
  * *why what it must be (sched_create and sched_set_cost_state report both). */
 const char *sc_step_model_fault(const sched_step_model *m, const char **why);

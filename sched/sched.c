@@ -54,6 +54,10 @@ int sched_create(const sched_policy *policy, const sched_config *cfg, sched_even
     s->seed = seed;
     s->corr = 1.0;
     s->next_xfer = 1;
+    s->win = cfg->step_window ? cfg->step_window : cfg->attention_window;
+    s->win_of = cfg->step_window && cfg->step_layers ? cfg->step_layers : 1;
+    s->win_layers = cfg->step_window && cfg->step_layers ? cfg->step_window_layers : 1;
+    if (s->win_layers > s->win_of) s->win_layers = s->win_of;
     if (cfg->window_rings) {
         const uint64_t bb = (uint64_t)cfg->block_size * cfg->kv_bytes_per_token;
         s->ring_tier_slots = (uint32_t)((cfg->window_ring_bytes + bb - 1) / bb);
@@ -357,7 +361,6 @@ const sched_plan *sched_step(sched *s, uint64_t now)
     s->copies.n = s->snap_takes.n = 0;
     s->victims_built = false;
     memset(&s->plan, 0, sizeof(s->plan));
-    s->plan_pairs = 0;
     s->plan.now_us = now;
     s->plan.step_no = s->step_no;
 
@@ -431,7 +434,7 @@ const sched_plan *sched_step(sched *s, uint64_t now)
     pl->n_copies = s->copies.n;
     pl->predicted_step_us =
         pl->n_entries ? sc_predict_step_us(s, pl->prefill_tokens + pl->pad_tokens, pl->n_decode,
-                                           pl->context_tokens, s->plan_pairs)
+                                           pl->context_tokens, pl->prefill_pairs)
                       : 0;
     s->last_pred_us = pl->predicted_step_us;
     /* the rate measured over this step is a capacity figure only if work was left waiting;

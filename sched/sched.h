@@ -648,6 +648,14 @@ typedef struct sched_config {
      * moves them in ceil(window_ring_bytes / (block_size × kv_bytes_per_token)) tier slots
      * beside the blocks, and the cost model charges them. */
     uint64_t window_ring_bytes;
+    /* The step model's attention terms on a model with windowed layers (sched_plan's
+     * context_tokens and the prefill pairs): step_window_layers of every step_layers layers
+     * read the last step_window positions only, so a sequence at context c is charged
+     * (global layers × c + windowed layers × min(c, step_window)) / step_layers, and a
+     * prefill row at position p its min(p, step_window) pairs on the windowed layers.
+     * 0: attention_window on every layer where that is set, else the whole context. */
+    uint32_t step_window;
+    uint32_t step_window_layers, step_layers; /* step_layers 0: every layer windowed */
 } sched_config;
 
 /* A block-table entry a windowed sequence gave back (sched_config.attention_window). */
@@ -875,8 +883,11 @@ typedef struct sched_plan {
     uint32_t n_entries;
     uint32_t n_decode, n_prefill; /* entries of each kind */
     uint32_t decode_tokens, prefill_tokens;
-    uint32_t pad_tokens;      /* static mode: padding the group computes anyway */
-    uint64_t context_tokens;  /* sum over entries of start_pos + n_tokens */
+    uint32_t pad_tokens; /* static mode: padding the group computes anyway */
+    /* sum over entries of their context, start_pos + n_tokens, as the step model charges it
+     * (a windowed layer reads min(context, window): sched_config.step_window) */
+    uint64_t context_tokens;
+    double prefill_pairs;     /* prefill attention pairs, charged the same way */
     double predicted_step_us; /* the cost model's estimate for this batch */
     /* (c) transfers to start now */
     const sched_transfer *transfers;
@@ -908,8 +919,9 @@ typedef struct sched_plan_work {
     uint64_t prefill_tokens; /* prefill rows incl. static padding */
     uint32_t prefill_seqs;   /* prefill chunks */
     uint32_t decode_seqs;
-    uint64_t context_tokens; /* the plan's sum of start_pos + n_tokens */
-    double prefill_pairs;    /* sum over chunks of n*start_pos + n(n-1)/2: prefill attention */
+    uint64_t context_tokens; /* the plan's: its entries' contexts, windows charged */
+    double prefill_pairs;    /* the plan's: sum over chunks of n*start_pos + n(n-1)/2, prefill
+                              * attention (a windowed layer's rows read a window at most) */
     double decode_context;   /* sum over decode rows of start_pos + n_tokens */
 } sched_plan_work;
 

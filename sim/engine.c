@@ -816,6 +816,10 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
         .window_ring_bytes = wl->ring_bytes,
         /* ringlmd's default: as many ring snapshots as rings, with the prefix cache */
         .window_snapshots = o->prefix_cache && (any_hash || e.fol_head) ? wl->rings : 0,
+        /* a windowed layer's attention reads min(context, window) (as ringlmd's model) */
+        .step_window = o->window_pattern.window,
+        .step_window_layers = o->window_pattern.windowed,
+        .step_layers = o->window_pattern.period,
         .max_context = o->max_context,
         /* the model the steps are charged with (a fitted intercept may be negative; the
          * scheduler's prediction takes it as 0, and needs a prefill cost > 0) */

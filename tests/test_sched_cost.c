@@ -6,7 +6,8 @@
  *     negative (the non-negative optimum, not just "drop and refit"), a column that is all
  *     zero, and rows of weight 0;
  *   - the scheduler's predicted step time is the step model over the plan's own work
- *     (sched_plan_work_of), prefill attention included.
+ *     (sched_plan_work_of), prefill attention included;
+ *   - a windowed layer is charged min(context, window) (sched_config.step_window).
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -159,6 +160,63 @@ Test(sched_cost, plan_prediction_is_the_step_model)
         cr_assert_eq(sched_commit(s, res, pl->n_entries, now, 0), 0);
     }
     sched_destroy(s);
+    sched_policy_free(p);
+}
+
+/* A model whose windowed layers read the last `window` positions only: the plan's context
+ * and prefill pairs charge such a layer min(context, window) — a sequence within the window
+ * is charged its whole context, one past it (global + windowed × window / context) of it —
+ * and the prediction is the step model over those. */
+Test(sched_cost, windowed_layers_are_charged_their_window)
+{
+    sched_policy *p;
+    sched_policy_error err;
+    cr_assert_eq(
+        sched_policy_parse("[scheduler]\ntoken_budget = 512\nprefill_chunk = 512\n", &p, &err), 0);
+    sched_config cfg = {.kv_blocks_device = 256,
+                        .block_size = 16,
+                        .kv_bytes_per_token = 64,
+                        .max_context = 4096,
+                        .step = {.base_us = 500,
+                                 .prefill_token_us = 3,
+                                 .decode_seq_us = 7,
+                                 .context_token_us = 0.25,
+                                 .prefill_pair_us = 0.01}};
+    const uint32_t lens[2] = {40, 300}; /* within a window of 64, and past it */
+    double ctx[2][2], pairs[2][2];
+    for (int windowed = 0; windowed < 2; windowed++) {
+        /* 5 of 6 layers read 64 positions (gemma3's pattern) */
+        cfg.step_window = windowed ? 64 : 0;
+        cfg.step_window_layers = 5;
+        cfg.step_layers = 6;
+        for (int k = 0; k < 2; k++) {
+            sched *s;
+            cr_assert_eq(sched_create(p, &cfg, NULL, NULL, 1, &s), 0, "%s", sched_last_error());
+            sched_request q = {
+                .id = 1, .tenant = -1, .class_idx = -1, .prompt_len = lens[k], .max_new_tokens = 4};
+            cr_assert_eq(sched_submit(s, &q, 0, NULL), 0);
+            const sched_plan *pl = sched_step(s, 0);
+            cr_assert(pl && pl->n_entries == 1 && pl->entries[0].n_tokens == lens[k]);
+            sched_plan_work w;
+            sched_plan_work_of(pl, &w);
+            ctx[windowed][k] = (double)w.context_tokens;
+            pairs[windowed][k] = w.prefill_pairs;
+            cr_expect_lt(rel(pl->predicted_step_us, sched_step_model_us(&cfg.step, &w)), 1e-12);
+            sched_destroy(s);
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        const double n = lens[k];
+        cr_expect_eq(ctx[0][k], n, "every layer global: the whole context");
+        cr_expect_eq(pairs[0][k], n * (n - 1) / 2);
+    }
+    cr_expect_eq(ctx[1][0], 40, "within the window: the whole context");
+    cr_expect_eq(pairs[1][0], 40.0 * 39 / 2);
+    cr_expect_eq(ctx[1][1], 103, "(global 300 + 5 windowed × 64) / 6, rounded");
+    /* rows 0..63 read p positions before them on every layer, rows 64..299 read 64 on the
+     * windowed layers */
+    const double win_pairs = 64.0 * 63 / 2 + 64.0 * (300 - 64);
+    cr_expect_lt(rel(pairs[1][1], (300.0 * 299 / 2 + 5 * win_pairs) / 6), 1e-12, "%g", pairs[1][1]);
     sched_policy_free(p);
 }
 
