@@ -6,6 +6,15 @@
  * The daemon segment is mapped read-only (and sealed against writable mappings by the
  * daemon); the client still checks what it reads there, so a confused daemon yields
  * -EPROTO rather than a crash.
+ *
+ * A dead daemon is noticed without waking anything on a timer: each client has a watcher
+ * thread blocked in poll() on the session's socket (which carries nothing after the
+ * handshake: it becomes readable only at EOF, when the daemon exits or is killed). The
+ * watcher then marks the session dead and bumps `alarm`, a word of the client's own; a
+ * sleeping ringlm_next_event waits on the doorbell and on `alarm` together (futex_waitv),
+ * so it wakes at once, and an idle client costs no wake-up at all. Where the kernel has no
+ * futex_waitv, or the thread cannot start, or after a fork (the child has no watcher), it
+ * sleeps in slices of SLEEP_SLICE_NS and looks at the socket between them, as before.
  */
 #include "ringlm.h"
 #include "client_internal.h"
@@ -14,6 +23,8 @@
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,7 +58,8 @@ _Static_assert(offsetof(ringlm_event, n_cached_tokens) == 36, "ringlm_event.n_ca
 _Static_assert(offsetof(ringlm_event, policy_hash) == 40, "ringlm_event.policy_hash");
 
 #define CONNECT_TIMEOUT_MS     5000
-#define SLEEP_SLICE_NS         (20 * 1000 * 1000ll) /* liveness check period while asleep */
+#define SLEEP_SLICE_NS         (20 * 1000 * 1000ll) /* liveness check period without a watcher */
+#define WATCHER_STACK          (64 * 1024)
 #define DEFAULT_SPIN_NS        (50 * 1000ll)
 #define WANT_SPACE_CHECK_EVERY 1024
 
@@ -81,6 +93,16 @@ struct ringlm_client {
     int gone; /* 0, or the sticky -errno once the session ended */
     char gone_detail[160];
 
+    /* the watcher (see the top of this file) */
+    uint32_t alarm;    /* bumped (and woken) when sock_dead is set or ringlm_wake is called */
+    int sock_dead;     /* the watcher saw the socket end */
+    int wake_pending;  /* ringlm_wake: the next wait that would sleep returns 0 */
+    int closing;       /* ringlm_close: the watcher's poll ends for this reason */
+    int watching;      /* 1 while sleeps wait on alarm too (0: sliced sleeps) */
+    bool has_watcher;  /* a watcher was started ... */
+    unsigned fork_gen; /* ... in this process (fork_gen then): a child has none */
+    pthread_t watcher;
+
     /* the handshake's facts, copied once at connect */
     uint32_t caps;
     uint32_t vocab_size;       /* with RINGLM_WIRE_CAP_SAMPLING, else 0 */
@@ -90,6 +112,11 @@ struct ringlm_client {
     char classes[RINGLM_WIRE_CLASSES_MAX][RINGLM_WIRE_NAME_LEN];
     char served_model[RINGLM_WIRE_MODEL_LEN]; /* with RINGLM_WIRE_CAP_MODEL, else "" */
 };
+
+/* Bumped in the child at every fork(): a client's watcher is a thread of the process that
+ * connected, so a forked child that goes on using the client sleeps in slices. */
+static unsigned fork_gen;
+static void watch_start(ringlm_client *c);
 
 /* ---- errors --------------------------------------------------------------------------- */
 ERRDETAIL_DEFINE(client_err);
@@ -363,6 +390,7 @@ int ringlm_connect(const char *socket_path, ringlm_client **out)
         c->spin_max_ns = c->spin_ns;
         c->spin_fixed = 1;
     }
+    watch_start(c);
     *out = c;
     return 0;
 
@@ -381,7 +409,13 @@ fail_free:
 void ringlm_close(ringlm_client *c)
 {
     if (!c) return;
-    /* Closing the socket is the goodbye: the daemon sees EOF and ends the session. */
+    /* Closing the socket is the goodbye: the daemon sees EOF and ends the session. The
+     * shutdown also ends the watcher's poll. */
+    if (c->has_watcher && c->fork_gen == __atomic_load_n(&fork_gen, __ATOMIC_RELAXED)) {
+        __atomic_store_n(&c->closing, 1, __ATOMIC_RELEASE);
+        shutdown(c->sock, SHUT_RDWR);
+        pthread_join(c->watcher, NULL);
+    }
     close(c->sock);
     if (c->efd >= 0) close(c->efd);
     munmap((void *)c->dseg, c->dseg_bytes);
@@ -493,6 +527,73 @@ static int daemon_gone(ringlm_client *c)
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
 }
 
+/* The watcher: one poll() on the socket for the session's life, then one store and one
+ * wake. Started with every signal blocked, so signals go to the program's own threads. */
+static void *watch_main(void *arg)
+{
+    ringlm_client *c = arg;
+    for (;;) {
+        struct pollfd pfd = {.fd = c->sock, .events = POLLIN | POLLRDHUP};
+        int n = poll(&pfd, 1, -1);
+        if (__atomic_load_n(&c->closing, __ATOMIC_ACQUIRE)) return NULL;
+        if (n < 0 && errno == EINTR) continue;
+        if (n > 0 && !daemon_gone(c)) continue; /* a stray datagram, read and dropped */
+        /* The daemon is gone (or poll failed: then the sleeps look for themselves). */
+        if (n > 0)
+            __atomic_store_n(&c->sock_dead, 1, __ATOMIC_SEQ_CST);
+        else
+            __atomic_store_n(&c->watching, 0, __ATOMIC_SEQ_CST);
+        __atomic_add_fetch(&c->alarm, 1, __ATOMIC_SEQ_CST);
+        futex_wake(&c->alarm, INT32_MAX, FUTEX_SCOPE_PROCESS);
+        return NULL;
+    }
+}
+
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static void on_fork_child(void)
+{
+    __atomic_add_fetch(&fork_gen, 1, __ATOMIC_RELAXED);
+}
+static void fork_hook(void)
+{
+    pthread_atfork(NULL, NULL, on_fork_child);
+}
+
+static void watch_start(ringlm_client *c)
+{
+    pthread_attr_t attr;
+    sigset_t all, old;
+    pthread_once(&fork_once, fork_hook);
+    if (pthread_attr_init(&attr)) return;
+    pthread_attr_setstacksize(&attr, WATCHER_STACK);
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    c->watching = 1;
+    c->fork_gen = __atomic_load_n(&fork_gen, __ATOMIC_RELAXED);
+    c->has_watcher = pthread_create(&c->watcher, &attr, watch_main, c) == 0;
+    if (!c->has_watcher) c->watching = 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+}
+
+/* Whether a watcher of this process watches c's socket (a sleep may wait on alarm). */
+static bool watched(ringlm_client *c)
+{
+    return __atomic_load_n(&c->watching, __ATOMIC_SEQ_CST) &&
+           c->fork_gen == __atomic_load_n(&fork_gen, __ATOMIC_RELAXED);
+}
+
+int ringlm_wake(ringlm_client *c)
+{
+    if (!c) return set_err(-EINVAL, "ringlm_wake: c is NULL");
+    __atomic_store_n(&c->wake_pending, 1, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&c->alarm, 1, __ATOMIC_SEQ_CST);
+    futex_wake(&c->alarm, INT32_MAX, FUTEX_SCOPE_PROCESS);
+    /* a sliced sleep (no watcher) waits on the doorbell alone: wake it there */
+    futex_wake((const uint32_t *)c->ev.prod_p, INT32_MAX, FUTEX_SCOPE_SHARED);
+    return 0;
+}
+
 /* Sticky end-of-session error, decided from the daemon's status (it says why when it
  * ended the session) or from the socket (the daemon process is gone). */
 static int session_end_error(ringlm_client *c, int check_socket)
@@ -533,7 +634,7 @@ static int submit_side_gone(ringlm_client *c)
     uint64_t now = ring_now_ns();
     if (c->prod_live_check_ns && now - c->prod_live_check_ns < (uint64_t)SLEEP_SLICE_NS) return 0;
     c->prod_live_check_ns = now;
-    if (daemon_gone(c))
+    if (__atomic_load_n(&c->sock_dead, __ATOMIC_ACQUIRE) || daemon_gone(c))
         return set_err(-EPIPE, "the daemon closed the connection (it exited or was killed)");
     return 0;
 }
@@ -1088,7 +1189,10 @@ int ringlm_next_event(ringlm_client *c, ringlm_event *ev, int timeout_ms)
         r = session_end_error(c, 0);
         if (r < 0) return r;
         if (timeout_ms == 0) {
-            /* Pollers learn of a dead daemon too, at a bounded syscall cost. */
+            /* Pollers learn of a dead daemon too: from the watcher, or at a bounded
+             * syscall cost. */
+            if (__atomic_load_n(&c->sock_dead, __ATOMIC_ACQUIRE)) return session_end_error(c, 1);
+            if (watched(c)) return 0;
             uint64_t now = ring_now_ns();
             if (now - c->last_live_check_ns < (uint64_t)SLEEP_SLICE_NS) return 0;
             c->last_live_check_ns = now;
@@ -1114,21 +1218,41 @@ int ringlm_next_event(ringlm_client *c, ringlm_event *ev, int timeout_ms)
             continue;
         }
         /* Sleep: announce, look again, then wait on the low word of ev_prod with the
-		 * value we saw — a publish in between makes the wait return. */
+		 * value we saw — a publish in between makes the wait return — and on alarm
+		 * with the value read before looking at what it reports. */
         ring_handshake_announce(&c->cseg->client_sleeping);
+        uint32_t alarm = __atomic_load_n(&c->alarm, __ATOMIC_SEQ_CST);
         uint64_t prod = ring_load_acquire(c->ev.prod_p);
-        if (prod != c->ev.cons || ring_load32(&c->dseg->state) == RINGLM_WIRE_ST_CLOSED) {
+        int dead = __atomic_load_n(&c->sock_dead, __ATOMIC_SEQ_CST);
+        if (__atomic_exchange_n(&c->wake_pending, 0, __ATOMIC_SEQ_CST)) {
             ring_store32(&c->cseg->client_sleeping, 0);
+            return 0;
+        }
+        if (prod != c->ev.cons || dead || ring_load32(&c->dseg->state) == RINGLM_WIRE_ST_CLOSED) {
+            ring_store32(&c->cseg->client_sleeping, 0);
+            if (dead) (void)session_end_error(c, 1);
             continue;
         }
-        int64_t slice = SLEEP_SLICE_NS;
-        if (deadline != UINT64_MAX && (int64_t)(deadline - now) < slice)
+        bool both = watched(c);
+        int64_t slice = both ? -1 : SLEEP_SLICE_NS;
+        if (deadline != UINT64_MAX && (slice < 0 || (int64_t)(deadline - now) < slice))
             slice = (int64_t)(deadline - now);
-        r = futex_wait((const uint32_t *)c->ev.prod_p, (uint32_t)prod, slice, FUTEX_SCOPE_SHARED);
+        if (both) {
+            r = futex_wait_either((const uint32_t *)c->ev.prod_p, (uint32_t)prod,
+                                  FUTEX_SCOPE_SHARED, &c->alarm, alarm, FUTEX_SCOPE_PROCESS, slice);
+            if (r == -ENOSYS || r == -EPERM) { /* no futex_waitv here: sliced sleeps */
+                __atomic_store_n(&c->watching, 0, __ATOMIC_SEQ_CST);
+                ring_store32(&c->cseg->client_sleeping, 0);
+                continue;
+            }
+        } else {
+            r = futex_wait((const uint32_t *)c->ev.prod_p, (uint32_t)prod, slice,
+                           FUTEX_SCOPE_SHARED);
+        }
         slept = true;
         ring_store32(&c->cseg->client_sleeping, 0);
         if (r == -EINTR) return set_err(-EINTR, "interrupted while waiting for events");
-        if (r == -ETIMEDOUT) {
+        if (r == -ETIMEDOUT && !both) {
             /* The end is sticky but reported only once every published event
 			 * has been taken (take_event runs first in each round). */
             (void)session_end_error(c, 1);

@@ -56,8 +56,8 @@ extern "C" {
  * ringlm_version() at run time to detect a library older than the header built against. */
 #define RINGLM_VERSION_MAJOR 0
 /* 0.2: n_cached_tokens; 0.3: request check, tokenizer; 0.4: sampling extensions; 0.5: the
- * daemon's served model name and load, constrained samples */
-#define RINGLM_VERSION_MINOR 5
+ * daemon's served model name and load, constrained samples; 0.6: ringlm_wake */
+#define RINGLM_VERSION_MINOR 6
 #define RINGLM_VERSION_PATCH 0
 /* One number that orders versions: MAJOR*10000 + MINOR*100 + PATCH. */
 #define RINGLM_VERSION_NUMBER                                                                      \
@@ -461,9 +461,19 @@ int ringlm_cancel(ringlm_client *c, uint64_t req_id);
  *   -EPROTO      the event ring holds something this library cannot read
  *   -EINTR       a signal arrived while sleeping (only if the handler has no SA_RESTART
  *                semantics for futex; retry)
- * Never hangs when the daemon dies: liveness is checked while sleeping.
+ * Never hangs when the daemon dies, and an idle client wakes for nothing else: each client
+ * has a thread of its own blocked on the session's socket, which wakes a sleeping
+ * ringlm_next_event when the daemon's end closes (Linux 5.16's futex_waitv; on an older
+ * kernel, or in a child forked after the connect, the sleep wakes every 20 ms to look).
  */
 int ringlm_next_event(ringlm_client *c, ringlm_event *ev, int timeout_ms);
+
+/* (0.6) Makes a ringlm_next_event that sleeps on c in another thread return 0 (no event) now;
+ * when none sleeps, the next one that would sleep returns 0 at once instead (events already
+ * published are still returned first). For a thread that reads events without a timeout and
+ * must also notice something else: a shutdown, work of its own to retry. Safe from any
+ * thread and from a signal handler. Returns 0, -EINVAL (c NULL). */
+int ringlm_wake(ringlm_client *c);
 
 /* ---- log-probabilities (0.4) -------------------------------------------------------------
  * A request that asks (ringlm_sampling's RINGLM_SAMPLING_LOGPROBS: each generated token;
