@@ -22,6 +22,10 @@
  * A request being served (prepared, generated, streamed) has no deadline: its client reads
  * at its own pace and the watch thread cancels it when it hangs up.
  *
+ * The guard thread sleeps until the earliest deadline of an open connection, and without a
+ * timeout when none has one (an idle gateway wakes for nothing); a connection that gets an
+ * earlier deadline wakes it.
+ *
  * A cut is shutdown(): libmicrohttpd sees the end of the stream and closes the connection
  * itself on its thread; the connection's record goes at its CLOSED notification. The
  * records are under conn_mu, which nothing else nests inside (never taken with mu held,
@@ -34,8 +38,6 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#define GUARD_TICK_MS 100
-
 struct gw_conn {
     int fd;
     enum gw_conn_phase phase;
@@ -47,6 +49,21 @@ struct gw_conn {
 static uint64_t now_ms(void)
 {
     return gw_now_us() / 1000u;
+}
+
+/* conn_mu held: when k's phase runs out (UINT64_MAX: never). */
+static uint64_t deadline(const gw_server *s, const gw_conn *k)
+{
+    uint64_t lim = k->phase == GW_CONN_HEAD   ? (uint64_t)s->cfg.http_head_timeout_s * 1000u
+                   : k->phase == GW_CONN_BODY ? (uint64_t)s->cfg.http_body_timeout_s * 1000u
+                                              : 0;
+    return k->cut || !lim ? UINT64_MAX : k->since_ms + lim + 1;
+}
+
+/* conn_mu held: k's deadline is new; wake the guard when it comes before its next wake. */
+static void guard_see(gw_server *s, const gw_conn *k)
+{
+    if (deadline(s, k) < s->guard_until_ms) pthread_cond_signal(&s->guard_cv);
 }
 
 static void cut(gw_server *s, gw_conn *k)
@@ -73,6 +90,7 @@ void gw_guard_notify(void *cls, struct MHD_Connection *c, void **socket_context,
         if (s->conns) s->conns->prev = k;
         s->conns = k;
         s->n_conns++;
+        guard_see(s, k);
         pthread_mutex_unlock(&s->conn_mu);
         *socket_context = k;
     } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
@@ -102,6 +120,7 @@ void gw_guard_phase(gw_server *s, struct MHD_Connection *c, enum gw_conn_phase p
     if (k->phase != phase) {
         k->phase = phase;
         k->since_ms = now_ms();
+        guard_see(s, k);
     }
     pthread_mutex_unlock(&s->conn_mu);
 }
@@ -133,24 +152,28 @@ enum MHD_Result gw_guard_accept(void *cls, const struct sockaddr *addr, socklen_
 static void *guard_main(void *arg)
 {
     gw_server *s = arg;
-    uint64_t head_ms = (uint64_t)s->cfg.http_head_timeout_s * 1000u;
-    uint64_t body_ms = (uint64_t)s->cfg.http_body_timeout_s * 1000u;
     pthread_mutex_lock(&s->conn_mu);
     while (!s->guard_stop) {
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += GUARD_TICK_MS * 1000000l;
-        until.tv_sec += until.tv_nsec / 1000000000l;
-        until.tv_nsec %= 1000000000l;
-        pthread_cond_timedwait(&s->guard_cv, &s->conn_mu, &until);
-        uint64_t now = now_ms();
+        uint64_t now = now_ms(), next = UINT64_MAX;
         for (gw_conn *k = s->conns; k; k = k->next) {
-            if (k->cut) continue;
-            if ((k->phase == GW_CONN_HEAD && head_ms && now - k->since_ms > head_ms) ||
-                (k->phase == GW_CONN_BODY && body_ms && now - k->since_ms > body_ms)) {
+            uint64_t d = deadline(s, k);
+            if (d <= now) {
                 cut(s, k);
                 s->conns_timed_out[k->phase]++;
+            } else if (d < next) {
+                next = d;
             }
+        }
+        s->guard_until_ms = next;
+        if (next == UINT64_MAX) {
+            pthread_cond_wait(&s->guard_cv, &s->conn_mu);
+        } else {
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            uint64_t ns = (uint64_t)until.tv_nsec + (next - now) * 1000000u;
+            until.tv_sec += (time_t)(ns / 1000000000u);
+            until.tv_nsec = (long)(ns % 1000000000u);
+            pthread_cond_timedwait(&s->guard_cv, &s->conn_mu, &until);
         }
     }
     pthread_mutex_unlock(&s->conn_mu);

@@ -211,6 +211,7 @@ struct gw_sess {
     bool started;
     gw_req *by_id[GW_HBUCKETS];
     gw_req *q_head, *q_tail; /* waiting for ring space: submits and cancels */
+    bool waits_for_ever;     /* the events thread sleeps for events alone (queue empty) */
     size_t n_inflight;       /* submitted, no FINISH yet */
     size_t n_queued;
     uint64_t connects, losses;
@@ -265,6 +266,7 @@ struct gw_server {
     uint64_t conns_evicted, conns_refused;
     pthread_t guard_thread;
     bool guard_started, guard_stop;
+    uint64_t guard_until_ms; /* when the guard thread wakes next (UINT64_MAX: when told) */
     /* metrics */
     uint64_t req_count[EP_N][GW_NSTAT];
     uint64_t admit_us_sum, admit_n;
@@ -336,6 +338,8 @@ void gw_cancel_locked(gw_server *s, gw_req *r);
 int gw_choices_new(gw_server *s, gw_req *r, uint32_t n);
 /* Cancels every request submitted and not finished (drain after its grace). */
 void gw_cancel_all_locked(gw_server *s);
+/* Stop: every events thread asleep in ringlm_next_event returns (stopping set). */
+void gw_sessions_wake_all_locked(gw_server *s);
 /* The daemon side of r is over: ends its stream, wakes its connection, frees r when the
  * HTTP side is done too. */
 void gw_daemon_end(gw_server *s, gw_req *r);

@@ -503,6 +503,7 @@ int gw_server_stop(gw_server *s)
     pthread_mutex_lock(&s->mu);
     s->stopping = true;
     pthread_cond_broadcast(&s->cv);
+    gw_sessions_wake_all_locked(s);
     /* libmicrohttpd must not be stopped with suspended connections. */
     for (int b = 0; b < GW_HBUCKETS; b++)
         for (gw_req *r = s->by_serial[b]; r; r = r->serial_next) {

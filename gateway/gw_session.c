@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #define EVENT_BATCH   256
-#define EVENT_WAIT_MS 100
+#define EVENT_WAIT_MS 100 /* the retry period of a queue waiting for ring space */
 #define RECONNECT_MS  200
 
 /* ---- maps (mu held) -------------------------------------------------------------------- */
@@ -80,6 +80,11 @@ static void q_push(gw_req *r)
         ss->q_head = r;
     ss->q_tail = r;
     ss->n_queued++;
+    /* An events thread asleep without a timeout must come and retry it. */
+    if (ss->waits_for_ever && ss->client) {
+        ss->waits_for_ever = false;
+        ringlm_wake(ss->client);
+    }
 }
 
 static void q_del(gw_req *r)
@@ -629,6 +634,10 @@ void *gw_events_main(void *arg)
         pthread_mutex_lock(&s->mu);
         bool stop = s->stopping;
         ringlm_client *c = ss->client;
+        /* Idle, it sleeps until an event, the daemon's end, a request queued for ring
+         * space (q_push) or the stop (gw_sessions_wake_all) wakes it: no timer. */
+        int wait_ms = ss->q_head ? EVENT_WAIT_MS : -1;
+        ss->waits_for_ever = c && wait_ms < 0;
         pthread_mutex_unlock(&s->mu);
         if (stop) break;
         if (!c) {
@@ -681,7 +690,7 @@ void *gw_events_main(void *arg)
             pthread_mutex_unlock(&s->mu);
             continue;
         }
-        int n = 0, rc = ringlm_next_event(c, &evs[0], EVENT_WAIT_MS);
+        int n = 0, rc = ringlm_next_event(c, &evs[0], wait_ms);
         if (rc == 1) {
             has_lp[0] = ringlm_event_logprobs(c, &lps[0]) == 1;
             keep_detail(c, det[0]);
@@ -693,6 +702,7 @@ void *gw_events_main(void *arg)
             }
         }
         pthread_mutex_lock(&s->mu);
+        ss->waits_for_ever = false;
         for (int i = 0; i < n; i++) {
             if (evs[i].kind == RINGLM_EV_TOKEN)
                 on_token(ss, &evs[i], has_lp[i] ? &lps[i] : NULL);
@@ -736,6 +746,13 @@ void *gw_watch_main(void *arg)
     }
     return NULL;
 }
+/* mu held, stopping set: every events thread asleep in ringlm_next_event returns. */
+void gw_sessions_wake_all_locked(gw_server *s)
+{
+    for (int i = 0; s->sess && i < s->n_sess; i++)
+        if (s->sess[i].client) ringlm_wake(s->sess[i].client);
+}
+
 /* mu held */
 void gw_cancel_all_locked(gw_server *s)
 {

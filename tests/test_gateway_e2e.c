@@ -17,11 +17,13 @@
 
 #include <criterion/criterion.h>
 
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -1331,4 +1333,59 @@ Test(gateway_e2e, routers_find_the_vllm_gauges_models_and_health_on_the_gateway)
         th_pause_ms(20);
     }
     cr_assert_eq(kill(gwh_daemon.pid, SIGCONT), 0);
+}
+
+/* ---- an idle gateway sleeps ------------------------------------------------------------ */
+
+/* The wake-ups of every thread of process pid so far (voluntary context switches: each is
+ * a sleep that ended). */
+static long process_wakeups(pid_t pid)
+{
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(dir);
+    cr_assert(d, "no %s", dir);
+    long sum = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char path[384], line[256];
+        snprintf(path, sizeof path, "%s/%.256s/status", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue; /* a thread that ended meanwhile */
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "voluntary_ctxt_switches:", 24)) sum += strtol(line + 24, NULL, 10);
+        fclose(f);
+    }
+    closedir(d);
+    return sum;
+}
+
+/* A gateway with its sessions up and no request wakes (nearly) never: every thread waits for
+ * something to do — an event, the daemon's end, a connection's deadline — not on a timer.
+ * Before, each session's events thread woke every 20 ms (libringlm's liveness check) and the
+ * connection guard every 100 ms: 210 wake-ups a second with four sessions. */
+Test(gateway_e2e, an_idle_gateway_does_not_wake)
+{
+    setup(NULL);
+    gwh_resp r = gwh_curl("/v1/completions", NULL,
+                          "{\"model\":\"stories\",\"prompt\":\"Once\",\"max_tokens\":4}");
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    gwh_resp_free(&r);
+    uint64_t until = th_now_ms() + 20000;
+    for (;;) {
+        char *m = gwh_gateway_metrics();
+        double up = gwh_metric(m, "ringlm_gateway_sessions_connected");
+        free(m);
+        if (up >= 4) break;
+        cr_assert(th_now_ms() < until, "the gateway's sessions did not come up (%g)", up);
+        th_pause_ms(20);
+    }
+    long before = process_wakeups(gwh_gateway.pid);
+    /* the window over which wake-ups are counted; nothing waits on it */
+    struct timespec window = {.tv_sec = 2};
+    nanosleep(&window, NULL);
+    long woke = process_wakeups(gwh_gateway.pid) - before;
+    cr_log_info("an idle gateway over 2 s: %ld wake-ups", woke);
+    cr_expect_leq(woke, 10, "an idle gateway woke %ld times in 2 s", woke);
 }
