@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# http_burst_ab.sh — bursts of concurrent streams through ringlm-gateway + ringlmd, under the
+# built-in policy and under each --policy NAME=FILE, and through llama-server, on one GGUF
+# file, measured by one client (perf/http_stream_bench: bursts of --streams concurrent
+# completions, --prompt-len token ids each, --tokens generated, greedy, ignore_eos), side by
+# side: every round runs every server once (a fresh process each), the order reversed every
+# other round, so load from other users of the machine reaches all alike. Each server gets
+# one short warm-up stream first (its weights paged in), not counted.
+#
+# Prints per server and stream count the TTFT p50 and the aggregate tok/s, medians over the
+# rounds with the lowest and highest, and each ringlm setting's ratio to llama-server on the
+# medians (TTFT: ringlm / llama-server, lower is better; aggregate: higher is better); then,
+# for every ringlm run, which engine steps prefilled each burst (ringlmd's iteration log):
+# [prompts, prefill tokens, decode rows, step ms] per step that prefilled, the load (1-minute)
+# before every block.
+#
+#   B=build perf/http_burst_ab.sh --model FILE [--policy NAME=FILE]... [--streams 1,8,32]
+#        [--rounds 2] [--prompt-len 32] [--tokens 128] [--threads 2] [--no-llama]
+#        [--keep DIR]
+#
+# llama-server: LLAMA_CPP_DIR (default /work/llama-build/build/bin), run as llama_compare.sh
+# runs it (-np the largest stream count, a context that holds every stream, --no-repack for
+# quantized files); without it (or with --no-llama) only ringlm runs. Needs jq and curl
+# (exit 77 without them).
+set -eu
+cd "$(dirname "$0")/.."
+B=${B:-build}
+LLAMA_CPP_DIR=${LLAMA_CPP_DIR:-/work/llama-build/build/bin}
+MODEL= STREAMS=1,8,32 ROUNDS=2 PROMPT=32 GEN=128 THREADS=2 KEEP= LLAMA=1
+POLICIES=("builtin=")
+usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --model) MODEL=$2; shift 2 ;;
+    --policy) POLICIES+=("$2"); shift 2 ;;
+    --streams) STREAMS=$2; shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
+    --prompt-len) PROMPT=$2; shift 2 ;;
+    --tokens) GEN=$2; shift 2 ;;
+    --threads) THREADS=$2; shift 2 ;;
+    --no-llama) LLAMA=0; shift ;;
+    --keep) KEEP=$2; shift 2 ;;
+    *) usage ;;
+  esac
+done
+[ -n "$MODEL" ] && [ -f "$MODEL" ] || usage
+for t in jq curl; do command -v $t >/dev/null || { echo "http_burst_ab.sh: needs $t" >&2; exit 77; }; done
+LLAMA_SERVER=$LLAMA_CPP_DIR/llama-server
+if [ "$LLAMA" = 1 ] && [ ! -x "$LLAMA_SERVER" ]; then
+  echo "http_burst_ab.sh: no $LLAMA_SERVER: ringlm alone" >&2
+  LLAMA=0
+fi
+tmp=${KEEP:-$(mktemp -d)}
+mkdir -p "$tmp"
+[ -n "$KEEP" ] || trap 'rm -rf "$tmp"' EXIT
+max=$(echo "$STREAMS" | tr ',' '\n' | sort -n | tail -1)
+load() { cut -d' ' -f1 /proc/loadavg; }
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_health() { # port pid
+  for _ in $(seq 600); do
+    curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+stop_pids() { for p in "$@"; do kill "$p" 2>/dev/null || true; done; for p in "$@"; do wait "$p" 2>/dev/null || true; done; }
+bench() { # port label out: a warm-up stream (the weights paged in, not counted), the bursts
+  "$B/perf/http_stream_bench" --port "$1" --streams 1 --prompt-len "$PROMPT" --max-tokens 4 \
+    --runs 1 >/dev/null || return 1
+  "$B/perf/http_stream_bench" --port "$1" --streams "$STREAMS" --prompt-len "$PROMPT" \
+    --max-tokens "$GEN" --runs 1 --label "$2" --json >>"$3"
+}
+
+run_ringlm() { # name policy-file round
+  local name=$1 pf=$2 r=$3 sock=$tmp/d.sock dpid gpid port= pol=()
+  [ -z "$pf" ] || pol=(--policy "$pf")
+  rm -f "$sock"
+  "$B/bin/ringlmd" --socket "$sock" --numa-node off --model "$MODEL" --threads "$THREADS" \
+    --kv-blocks $(( (max * (PROMPT + GEN + 16) + 15) / 16 + 64 )) --quiet "${pol[@]}" \
+    --iteration-log "$tmp/it.$name.$r.jsonl" >"$tmp/ringlmd.log" 2>&1 &
+  dpid=$!
+  for _ in $(seq 600); do [ -S "$sock" ] && break; sleep 0.1; done
+  "$B/bin/ringlm-gateway" --listen 127.0.0.1:0 --socket "$sock" --tokenizer "$MODEL" --quiet \
+    >"$tmp/gateway.log" 2>&1 &
+  gpid=$!
+  for _ in $(seq 600); do
+    port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$tmp/gateway.log" | head -1)
+    [ -n "$port" ] && break
+    sleep 0.1
+  done
+  if [ -z "$port" ] || ! wait_health "$port" "$gpid"; then
+    tail -5 "$tmp/ringlmd.log" "$tmp/gateway.log" >&2
+    stop_pids "$gpid" "$dpid"
+    echo "http_burst_ab.sh: ringlm ($name) did not come up" >&2; exit 1
+  fi
+  echo "round $r ringlm $name: load $(load)" >>"$tmp/loads"
+  bench "$port" "$name" "$tmp/results.jsonl" || { stop_pids "$gpid" "$dpid"; exit 1; }
+  stop_pids "$gpid" "$dpid"
+}
+
+run_llama() { # round
+  local r=$1 port spid extra=()
+  case "$MODEL" in *-Q*) extra=(--no-repack) ;; esac
+  port=$(free_port)
+  nice -n -10 "$LLAMA_SERVER" -m "$MODEL" -t "$THREADS" -np "$max" -c $((max * (PROMPT + GEN + 8))) \
+    --host 127.0.0.1 --port "$port" "${extra[@]}" >"$tmp/llama-server.log" 2>&1 &
+  spid=$!
+  if ! wait_health "$port" "$spid"; then
+    tail -5 "$tmp/llama-server.log" >&2; stop_pids "$spid"
+    echo "http_burst_ab.sh: llama-server did not come up" >&2; exit 1
+  fi
+  echo "round $r llama-server: load $(load)" >>"$tmp/loads"
+  bench "$port" llama-server "$tmp/results.jsonl" || { stop_pids "$spid"; exit 1; }
+  stop_pids "$spid"
+}
+
+: >"$tmp/results.jsonl"
+: >"$tmp/loads"
+order=()
+[ "$LLAMA" = 1 ] && order+=(llama)
+order+=("${POLICIES[@]}")
+for r in $(seq "$ROUNDS"); do
+  seq_=("${order[@]}")
+  if [ $((r % 2)) = 0 ]; then
+    seq_=()
+    for ((i = ${#order[@]} - 1; i >= 0; i--)); do seq_+=("${order[$i]}"); done
+  fi
+  for s in "${seq_[@]}"; do
+    if [ "$s" = llama ]; then run_llama "$r"; else run_ringlm "${s%%=*}" "${s#*=}" "$r"; fi
+  done
+done
+
+echo "http_burst_ab.sh: $(basename "$MODEL"), $ROUNDS rounds, streams $STREAMS, prompts of $PROMPT tokens, $GEN generated; $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) CPUs"
+jq -rs --arg gen "$GEN" '
+  def med: sort | if length == 0 then null else .[(length - 1) / 2 | floor] end;
+  def r1: . * 10 | round / 10;
+  group_by(.streams)[] as $g
+  | ($g | group_by(.label) | map({key: .[0].label,
+       value: {ttft: (map(.ttft_p50_ms) | {m: med, lo: min, hi: max}),
+               agg: (map(.agg_tok_s.median) | {m: med, lo: min, hi: max})}}) | from_entries) as $s
+  | "streams \($g[0].streams)",
+    ($s | to_entries[] | "  \(.key | .[0:14] | . + " " * (14 - length))"
+       + "  TTFT p50 \(.value.ttft.m | r1) ms [\(.value.ttft.lo | r1), \(.value.ttft.hi | r1)]"
+       + "  agg \(.value.agg.m | r1) tok/s [\(.value.agg.lo | r1), \(.value.agg.hi | r1)]"
+       + (if $s["llama-server"] and .key != "llama-server" then
+            "  vs llama-server: TTFT \(.value.ttft.m / $s["llama-server"].ttft.m * 100 | round / 100)x"
+            + ", agg \(.value.agg.m / $s["llama-server"].agg.m * 100 | round / 100)x"
+          else "" end))' "$tmp/results.jsonl"
+echo "loads (1-minute) before each block:"
+sed 's/^/  /' "$tmp/loads"
+echo "steps that prefilled each burst (prompts, prefill tokens, decode rows, ms):"
+for f in "$tmp"/it.*.jsonl; do
+  [ -f "$f" ] || continue
+  n=${f#"$tmp"/it.}
+  n=${n%.jsonl}
+  jq -rs --arg streams "$STREAMS" --arg name "$n" '
+    ($streams | split(",") | map(tonumber)) as $b
+    | [.[] | select(.prefill_seqs > 0)] as $p
+    | reduce $p[] as $x ({i: 0, done: 0, out: {}};
+        ($b[.i] // -1) as $n
+        | .out[($n | tostring)] += [[$x.prefill_seqs, $x.prefill_tokens, $x.decode_seqs, ($x.exec_us / 100 | round / 10)]]
+        | .done += $x.prefill_seqs
+        | if .done >= $n then .i += 1 | .done = 0 else . end)
+    | .out | to_entries[] | "  \($name) @\(.key): \(.value | map(tostring) | join(" "))"' "$f"
+done
