@@ -107,84 +107,86 @@ void exec_ring_copy_put(struct svc_ring_copy *c)
 
 /* ---- ring snapshots ------------------------------------------------------------------
  *
- * The prefix cache's hits for other requests (sched/ringsnap.c): a snapshot slot holds the
- * ring blocks of the window before a cached prefix's end, block (end / bs - snap_blocks + i)
- * of the sequence in slot block i — position p lives in ring block (p / bs) mod ring_blocks
- * in every ring, so a snapshot goes back into any ring at the same ring blocks, and the
- * positions a hitting sequence's windows read below its prefix's end are those the
- * sequence that took it had computed. Blocks before position 0 are skipped. */
-int exec_snap_init(svc *s, uint32_t n)
+ * The prefix cache's hits for other requests (sched/ringsnap.c): a snapshot slot holds one
+ * ring block — the windowed layers' K/V of one cached block, the block of positions
+ * [end - bs, end) of the sequence that took it. Position p lives in ring block
+ * (p / bs) mod ring_blocks in every ring, so a slot goes back into any ring at the same
+ * ring block, and the positions a hitting sequence's windows read below its prefix's end
+ * are those the sequences that took them had computed (the same prefix key: the same
+ * tokens at the same positions). */
+int exec_snap_init(svc *s, int64_t bytes)
 {
     const int bs = eng_kv_block_size(s->engine), R = eng_kv_ring_blocks(s->engine);
     const int window = eng_model_hparams_of(s->model)->swa_window;
-    if (!n || R <= 0) return 0;
+    if (R <= 0 || bytes < 0) return 0;
     uint32_t w = (uint32_t)((window + bs - 1) / bs);
     if (w > (uint32_t)R) w = (uint32_t)R;
     s->ex.ring_blocks = (uint32_t)R;
     s->ex.snap_blocks = w;
     s->ex.ring_block_bytes = eng_kv_ring_bytes(s->engine) / (size_t)R;
-    s->ex.snaps = malloc((size_t)n * w * s->ex.ring_block_bytes);
+    /* the budget's whole ring blocks; by default the rings' own bytes */
+    uint64_t n = bytes ? (uint64_t)bytes / s->ex.ring_block_bytes
+                       : (uint64_t)eng_kv_rings(s->engine) * (uint64_t)R;
+    if (n > UINT32_MAX / 2) n = UINT32_MAX / 2;
+    if (!n) return -ERANGE;
+    s->ex.snaps = malloc((size_t)n * s->ex.ring_block_bytes);
     s->ex.snap_end = calloc(n, sizeof(uint32_t));
     if (!s->ex.snaps || !s->ex.snap_end) return -ENOMEM;
-    s->ex.n_snaps = n;
+    s->ex.n_snaps = (uint32_t)n;
     return 0;
 }
 
-/* Copies the window before `end` between ring `ring` and snapshot `slot` (to the slot when
- * take, else from it). */
+/* Copies the ring block of positions [end - bs, end) between ring `ring` and slot `slot`
+ * (to the slot when take, else from it). */
 static void snap_copy(svc *s, uint32_t slot, uint32_t ring, uint32_t end, bool take)
 {
-    unsigned char *rp = eng_kv_ring_ptr(s->engine, (int)ring);
     const size_t rbb = s->ex.ring_block_bytes;
-    const uint32_t w = s->ex.snap_blocks, bs = (uint32_t)eng_kv_block_size(s->engine);
-    unsigned char *sp = s->ex.snaps + (size_t)slot * w * rbb;
-    for (uint32_t i = 0; i < w; i++) {
-        if (end / bs + i < w) continue; /* before position 0 */
-        uint32_t blk = end / bs + i - w;
-        unsigned char *rb = rp + (size_t)(blk % s->ex.ring_blocks) * rbb;
-        if (take)
-            memcpy(sp + (size_t)i * rbb, rb, rbb);
-        else
-            memcpy(rb, sp + (size_t)i * rbb, rbb);
+    const uint32_t bs = (uint32_t)eng_kv_block_size(s->engine);
+    unsigned char *rb =
+        eng_kv_ring_ptr(s->engine, (int)ring) + (size_t)((end / bs - 1) % s->ex.ring_blocks) * rbb;
+    unsigned char *sp = s->ex.snaps + (size_t)slot * rbb;
+    if (take)
+        memcpy(sp, rb, rbb);
+    else
+        memcpy(rb, sp, rbb);
+}
+
+/* Before the entries run (after the transfers started: a swap-out has its ring's bytes):
+ * restore the snapshots each hit's first entry starts from. A request whose restore the
+ * books disagree on (a slot out of range or holding another block) fails. */
+static void snap_restore_all(svc *s, const sched_plan *p)
+{
+    const uint32_t bs = (uint32_t)eng_kv_block_size(s->engine);
+    for (uint32_t k = 0; k < p->n_ring_snapshots; k++) {
+        const sched_ring_snapshot *t = &p->ring_snapshots[k];
+        svc_req *r = t->restore ? req_find(s, t->req) : NULL;
+        if (!r || req_state_ended(r->state)) continue;
+        if (t->slot >= s->ex.n_snaps || s->ex.snap_end[t->slot] != t->end || t->end < bs ||
+            !eng_kv_ring_ptr(s->engine, (int)t->ring)) {
+            svc_log("request %llu: ring snapshot %u holds positions before %u, not %u; "
+                    "failing it",
+                    (unsigned long long)t->req, t->slot,
+                    t->slot < s->ex.n_snaps ? s->ex.snap_end[t->slot] : 0, t->end);
+            req_cancel(s, r, SCHED_CANCEL_ENGINE_ERROR, RINGLM_WIRE_R_ERROR,
+                       RINGLM_WIRE_R_INTERNAL);
+            continue;
+        }
+        snap_copy(s, t->slot, t->ring, t->end, false);
     }
 }
 
-/* Before an entry runs: restore the snapshot its cached prefix ends at. False when it
- * cannot (a slot out of range or ending elsewhere: the books disagree; it fails). */
-static bool snap_restore(svc *s, const sched_entry *e)
-{
-    if (e->ring_restore == SCHED_BLOCK_NONE) return true;
-    if (e->ring_restore >= s->ex.n_snaps || e->ring == SCHED_BLOCK_NONE ||
-        s->ex.snap_end[e->ring_restore] != e->start_pos ||
-        !eng_kv_ring_ptr(s->engine, (int)e->ring))
-        return false;
-    snap_copy(s, e->ring_restore, e->ring, e->start_pos, false);
-    return true;
-}
-
-/* After the batch ran: the snapshots the plan takes (the ring still holds the window before
- * each end: a ring spans a window and one batch's rows). A request whose entry was not run
- * has ended (failed) by now: the scheduler frees its slot, never filled. */
+/* After the batch ran: the blocks its entries completed (the ring still holds them: a ring
+ * spans a window and one batch's rows). A request whose entry was not run has ended
+ * (failed) by now: the scheduler frees its slot, never filled. */
 static void snap_take_all(svc *s, const sched_plan *p)
 {
     for (uint32_t k = 0; k < p->n_ring_snapshots; k++) {
         const sched_ring_snapshot *t = &p->ring_snapshots[k];
         const svc_req *r = req_find(s, t->req);
-        if (t->before || !r || req_state_ended(r->state) || t->slot >= s->ex.n_snaps ||
+        if (t->restore || !r || req_state_ended(r->state) || t->slot >= s->ex.n_snaps ||
             !eng_kv_ring_ptr(s->engine, (int)t->ring))
             continue;
         snap_copy(s, t->slot, t->ring, t->end, true);
-        s->ex.snap_end[t->slot] = t->end;
-    }
-}
-
-void exec_snap_before(svc *s, const sched_plan *p)
-{
-    for (uint32_t k = 0; k < p->n_ring_snapshots; k++) {
-        const sched_ring_snapshot *t = &p->ring_snapshots[k];
-        if (!t->before || t->slot >= s->ex.n_snaps || !eng_kv_ring_ptr(s->engine, (int)t->ring))
-            continue;
-        snap_copy(s, t->slot, t->ring, t->end, true); /* the ring as its sequence finished */
         s->ex.snap_end[t->slot] = t->end;
     }
 }
@@ -302,6 +304,7 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
     eng_bb_reset(bb);
     s->ex.n_forks = 0;
     cn_batch_reset(s);
+    if (p->n_ring_snapshots) snap_restore_all(s, p);
     for (uint32_t i = 0; i < p->n_entries; i++) {
         const sched_entry *e = &p->entries[i];
         svc_req *r = req_find(s, e->req);
@@ -325,7 +328,7 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
             r->ring_copy = NULL;
         }
         /* The scheduler's block ids are the engine's (int32 in the engine's table). */
-        if (!r || req_state_ended(r->state) || e->n_tokens == 0 || !snap_restore(s, e) ||
+        if (!r || req_state_ended(r->state) || e->n_tokens == 0 ||
             e->start_pos + e->n_tokens > known ||
             eng_bb_add_logits(bb, r->tokens, e->start_pos, e->n_tokens, (const int32_t *)e->blocks,
                               e->n_blocks, n_lrows) < 0 ||

@@ -91,9 +91,11 @@ static void usage(FILE *f)
         "                           of the leader's ring; other requests hit the prefix\n"
         "                           cache at ring snapshots. off: every layer in the\n"
         "                           blocks, as other models\n"
-        "  --kv-ring-snapshots N|off with rings and the prefix cache: keep N copies of the\n"
-        "                           window before a cached prompt's end (default: as many as\n"
-        "                           rings), so other requests with that prompt hit the cache\n"
+        "  --kv-ring-snapshot-bytes SIZE|off with rings and the prefix cache: host memory\n"
+        "                           for copies of cached blocks' windowed K/V, one ring block\n"
+        "                           each (SIZE in bytes, or with K, M, G, T: powers of 1024;\n"
+        "                           default: as many bytes as the rings), so other requests\n"
+        "                           with a cached prefix hit it; count and bytes logged\n"
         "  --host-kv-blocks N       pinned host KV tier blocks (default 0: no host tier)\n"
         "  --disk-kv FILE           disk KV tier file (O_DIRECT where the filesystem allows)\n"
         "  --disk-kv-blocks N       disk KV tier blocks\n"
@@ -183,6 +185,36 @@ static int parse_count_or_off(const char *opt, const char *v, unsigned long max,
         return -1;
     }
     *out = (int)x;
+    return 0;
+}
+
+/* A size in bytes of at least 1, with an optional K, M, G or T (powers of 1024), or "off"
+ * (-1 in *out). */
+static int parse_bytes_or_off(const char *opt, const char *v, int64_t *out)
+{
+    if (!strcmp(v, "off")) {
+        *out = -1;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    int shift = 0;
+    if (*end && !end[1]) {
+        const char *units = "KMGT", *u = strchr(units, *end);
+        if (u) {
+            shift = 10 * (int)(u - units + 1);
+            end++;
+        }
+    }
+    if (errno || !*v || *end || v[0] == '-' || !x || x > (1ull << 50) >> shift) {
+        fprintf(stderr,
+                "ringlmd: %s '%s': expected a size in bytes >= 1 (K, M, G, T: powers of 1024, "
+                "at most 1P) or off\n",
+                opt, v);
+        return -1;
+    }
+    *out = (int64_t)(x << shift);
     return 0;
 }
 
@@ -519,7 +551,7 @@ int main(int argc, char **argv)
         {"no-cuda-graphs", no_argument, 0, O_NOGRAPHS},
         {"kv-blocks", required_argument, 0, O_KVB},
         {"kv-rings", required_argument, 0, O_KVRINGS},
-        {"kv-ring-snapshots", required_argument, 0, O_KVSNAPS},
+        {"kv-ring-snapshot-bytes", required_argument, 0, O_KVSNAPS},
         {"kv-block-size", required_argument, 0, O_KVBS},
         {"host-kv-blocks", required_argument, 0, O_HKVB},
         {"disk-kv", required_argument, 0, O_DKV},
@@ -678,8 +710,7 @@ int main(int argc, char **argv)
             if (parse_count_or_off("--kv-rings", optarg, 1u << 20, &sc.kv_rings)) return 2;
             break;
         case O_KVSNAPS:
-            if (parse_count_or_off("--kv-ring-snapshots", optarg, 1u << 16, &sc.kv_ring_snapshots))
-                return 2;
+            if (parse_bytes_or_off("--kv-ring-snapshot-bytes", optarg, &sc.kv_snap_bytes)) return 2;
             break;
         case O_KVBS:
             if (parse_uint("--kv-block-size", optarg, 4096, &v)) return 2;

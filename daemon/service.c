@@ -155,7 +155,6 @@ static int iterate(void *ctx, uint64_t now_us)
     uint64_t exec_us = 0;
     uint32_t batch_tokens = 0;
     if (p) {
-        if (p->n_ring_snapshots) exec_snap_before(s, p);
         req_plan_ended(s, p);
         /* in plan order: a demotion completes before anything after it; swaps and prefix
          * reloads run on the ring beside the steps, their requests waiting (sched_transfer) */
@@ -471,17 +470,21 @@ int svc_create(const svc_config *cfg, svc **out)
         rc = seterr(rc, "batch buffers: %s", eng_errmsg());
         goto fail;
     }
-    /* ring snapshots: as many as rings unless --kv-ring-snapshots says (prefix cache on:
-     * token-budget mode, where the scheduler runs it) */
-    const uint32_t n_snaps =
-        !kv_rings || s->cfg.no_prefix_cache || pc->mode != SCHED_MODE_TOKEN_BUDGET ||
-                cfg->kv_ring_snapshots < 0
-            ? 0
-            : (uint32_t)(cfg->kv_ring_snapshots ? cfg->kv_ring_snapshots : kv_rings);
+    /* ring snapshots: the rings' own bytes unless --kv-ring-snapshot-bytes says (prefix
+     * cache on: token-budget mode, where the scheduler runs it) */
+    const int64_t snap_bytes =
+        !kv_rings || s->cfg.no_prefix_cache || pc->mode != SCHED_MODE_TOKEN_BUDGET
+            ? -1
+            : cfg->kv_snap_bytes;
     s->ex.ring_rows = kv_rings ? ring_rows : 0;
-    rc = exec_snap_init(s, n_snaps);
+    rc = exec_snap_init(s, snap_bytes);
     if (rc < 0) {
-        rc = seterr(rc, "%u ring snapshots: out of memory", n_snaps);
+        rc = rc == -ERANGE
+                 ? seterr(rc,
+                          "--kv-ring-snapshot-bytes %lld: less than one ring block "
+                          "(%zu bytes)",
+                          (long long)snap_bytes, s->ex.ring_block_bytes)
+                 : seterr(rc, "ring snapshots of %lld bytes: out of memory", (long long)snap_bytes);
         goto fail;
     }
 
@@ -518,6 +521,7 @@ int svc_create(const svc_config *cfg, svc **out)
         .window_rings = (uint32_t)eng_kv_rings(s->engine),
         .window_ring_bytes = eng_kv_ring_bytes(s->engine),
         .window_snapshots = s->ex.n_snaps,
+        .window_snapshot_blocks = s->ex.snap_blocks,
     };
     { /* the step model charges a windowed layer min(context, window), rings or not */
         const eng_model_hparams *hp = eng_model_hparams_of(s->model);
@@ -536,12 +540,12 @@ int svc_create(const svc_config *cfg, svc **out)
         svc_log("windowed layers (%d of %d, window %d) keep their K/V in %d rings of %d blocks "
                 "(%zu bytes a ring), global layers in %d blocks of %zu bytes; a swap moves a "
                 "ring with its blocks; n > 1 samples copy the leader's ring; prefix cache "
-                "hits of other requests: %u ring snapshots of %u blocks (%zu bytes)",
+                "hits of other requests: %u ring snapshots of one ring block (%zu bytes, "
+                "--kv-ring-snapshot-bytes), a hit restores %u",
                 s->mcfg->n_layers - global, s->mcfg->n_layers, hp->swa_window, kv_rings,
                 eng_kv_ring_blocks(s->engine), eng_kv_ring_bytes(s->engine),
                 eng_kv_blocks(s->engine), eng_kv_block_bytes(s->engine), s->ex.n_snaps,
-                s->ex.snap_blocks,
-                (size_t)s->ex.n_snaps * s->ex.snap_blocks * s->ex.ring_block_bytes);
+                (size_t)s->ex.n_snaps * s->ex.ring_block_bytes, s->ex.snap_blocks);
     }
     if (sc.attention_window && progress)
         svc_log("every layer attends to the last %u positions: sequences give back the KV "

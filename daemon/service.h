@@ -48,7 +48,7 @@ typedef struct svc_config {
     int kv_blocks;            /* device pool blocks (0: default 1024) */
     int kv_block_size;        /* tokens per block (0: 16) */
     int kv_rings;             /* --kv-rings: window rings (0: sized by kv_blocks; < 0: off) */
-    int kv_ring_snapshots;    /* --kv-ring-snapshots: (0: as many as rings; < 0: none) */
+    int64_t kv_snap_bytes;    /* --kv-ring-snapshot-bytes (0: the rings' bytes; < 0: none) */
     int host_kv_blocks;       /* host tier blocks (0: none; default 2 × kv_blocks) */
     const char *disk_kv_path; /* disk tier file (NULL: none) */
     int disk_kv_blocks;

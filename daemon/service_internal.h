@@ -268,8 +268,9 @@ struct svc {
         uint32_t *fork_ring; /* (window rings: the leader's ring) */
         uint32_t n_forks;
         bool rings; /* the engine keeps window rings: each entry names its ring */
-        /* ring snapshots (sched_config.window_snapshots): n_snaps slots of snap_blocks ring
-         * blocks each — the window before snap_end[slot], in position order */
+        /* ring snapshots (sched_config.window_snapshots): n_snaps slots of one ring block
+         * each — the positions before snap_end[slot] —; a hit restores snap_blocks of them
+         * (the window) */
         unsigned char *snaps;
         uint32_t *snap_end;
         uint32_t n_snaps, snap_blocks, ring_blocks;
@@ -454,12 +455,10 @@ void exec_free(svc *s);
 void exec_warm_up(svc *s);
 /* Drops a sample's reference to its leader's ring copy (window rings; NULL: none). */
 void exec_ring_copy_put(struct svc_ring_copy *c);
-/* n ring snapshot slots (window rings and the prefix cache; 0: none), each the window
- * before a cached prefix's end. 0 or -ENOMEM. */
-int exec_snap_init(svc *s, uint32_t n);
-/* The plan's ring snapshots of finished sequences (sched_ring_snapshot.before): taken first
- * of all, before its transfers or entries write the rings they gave back. */
-void exec_snap_before(svc *s, const sched_plan *p);
+/* The ring block sizes, and ring snapshot slots of one ring block each in `bytes` (window
+ * rings and the prefix cache; 0: the rings' own bytes; < 0: none). 0, -ERANGE (less than
+ * one ring block) or -ENOMEM. */
+int exec_snap_init(svc *s, int64_t bytes);
 /* Builds and runs one flattened batch from the plan's entries; fills s->results.
  * Returns the number of results (entries executed) or -errno. */
 int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us);

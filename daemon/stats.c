@@ -197,8 +197,7 @@ void stats_update_gauges(svc *s, uint64_t iter_us, uint32_t batch_tokens)
     metrics_prefix mp = {.query_tokens = c.prefix_query_tokens,
                          .hit_tokens = c.prefix_hit_tokens,
                          .ring_snapshots = c.ring_snapshots,
-                         .ring_snapshot_bytes = (uint64_t)c.ring_snapshots * s->ex.snap_blocks *
-                                                s->ex.ring_block_bytes,
+                         .ring_snapshot_bytes = (uint64_t)c.ring_snapshots * s->ex.ring_block_bytes,
                          .ring_taken = c.ring_snapshots_taken,
                          .ring_hits = c.ring_snapshot_hits,
                          .ring_dropped = c.ring_snapshots_dropped};

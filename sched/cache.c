@@ -297,8 +297,7 @@ int sc_cache_submit(sched *s, req *r, const sched_request *q)
 {
     r->pcache = false;
     r->n_pkeys = r->n_pnodes = r->n_found = 0;
-    r->snap_take[0] = r->snap_take[1] = r->snap_restore = SCHED_BLOCK_NONE;
-    r->snap_end[0] = r->snap_end[1] = 0;
+    r->snap_at = r->n_snap_pend = 0;
     if (!s->px || !q->tokens) return 0;
     uint32_t bs = s->conf.block_size, nb = q->prompt_len / bs;
     if (!sc_vec_grow((void **)&r->ptok, &r->cap_ptok, q->prompt_len, sizeof(int32_t)) ||
@@ -312,7 +311,6 @@ int sc_cache_submit(sched *s, req *r, const sched_request *q)
     r->pcache = true;
     /* a windowed sequence holds its cached chain until it ends (window.c): its prompt's */
     r->pgen = !s->conf.attention_window;
-    sc_snap_submit(s, r);
     return 0;
 }
 

@@ -140,11 +140,10 @@ typedef struct req {
      * first cow_len % block_size positions hold its tokens cow_len / block_size × block_size
      * onwards */
     uint32_t cow_blk, cow_len;
-    /* ring snapshots (ringsnap.c): the prompt positions its snapshots are to end at — [0]
-     * where its cached prefix found ended, [1] its prompt's last block boundary (0: none to
-     * take) —, the slots they are being taken into, the slot its first entry restores from
-     * (SCHED_BLOCK_NONE: none; that slot is pinned until then) */
-    uint32_t snap_end[2], snap_take[2], snap_restore;
+    /* ring snapshots (ringsnap.c): the cached blocks its first entry restores the windowed
+     * layers' K/V of — the window before block snap_at (0: none; those slots are pinned
+     * until then) —, and the slots it is taking (PENDING, owner this slot) */
+    uint32_t snap_at, n_snap_pend;
     /* n samples admitted together (group.c): a first sample's other samples (grp_n) and the
      * blocks each needs to start (grp_each); the device blocks reserved for it or, for a
      * first sample, for its others (resv) */
@@ -259,16 +258,23 @@ struct sched {
                    one (req.ring) */
     uint32_t ring_tier_slots; /* tier slots a swapped ring takes (conf.window_ring_bytes) */
     /* ring snapshots (ringsnap.c, conf.window_snapshots): slot i is free, being taken or
-     * held for the cached block keyed key; pins: admitted requests whose first entry will
-     * restore it; used: a stamp for least-recently-used replacement */
+     * holds one ring block, the windowed layers' K/V of the cached block keyed key; pins:
+     * admitted requests whose first entry will restore it; used: a stamp for LRU; prot:
+     * a hit used it (protected segment, snap_prot of them); owner, block: while PENDING, the
+     * request slot taking it and which of its blocks. snap_hash maps keys to the slots in
+     * use (snap_hcap entries, NONE empty), snap_free lists the free ones, snap_pend the
+     * PENDING ones. */
     struct ring_snap {
         sched_prefix_key key;
         uint64_t used;
-        uint32_t pins;
+        uint32_t pins, owner, block;
         uint8_t state; /* RS_FREE, RS_PENDING (being taken), RS_READY */
         bool dead;     /* its block left the device while pinned: freed at the last unpin */
+        bool prot;
     } * snaps;
-    uint32_t n_snaps;
+    uint32_t n_snaps, snap_prot, snap_hcap, *snap_hash;
+    VEC(uint32_t) snap_free;
+    VEC(uint32_t) snap_pend;
     uint64_t snap_clock, snap_taken, snap_hits, snap_dropped;
     VEC(uint32_t) run;            /* RUNNING slots */
     VEC(uint32_t) cancel_pending; /* ENDED, release at next step */
@@ -304,7 +310,12 @@ struct sched {
     sched_plan plan;
     VEC(sched_entry) entries;
     VEC(sched_ring_snapshot) snap_takes; /* the plan's ring_snapshots */
-    VEC(sched_ring_snapshot) snap_acc;   /* finish snapshots since: the next plan's */
+    /* the blocks the plan's entries complete (ringsnap.c): slots taken at sc_snap_seal */
+    VEC(struct snap_want {
+        uint32_t slot;
+        uint32_t block;
+    })
+    snap_want;
     VEC(sched_release) rel_plan, rel_acc;
     VEC(sched_transfer) transfers;
     VEC(uint32_t) xfer_blocks;
@@ -612,23 +623,21 @@ uint32_t sc_cow_start(sched *s, req *r, uint32_t use);
 /* ---- ring snapshots (ringsnap.c) ---- */
 enum { RS_FREE = 0, RS_PENDING, RS_READY };
 int sc_snap_create(sched *s);
-/* sc_cache_submit: the prompt position its snapshot would end at */
-void sc_snap_submit(sched *s, req *r);
-/* Whether r's cached prefix must end at a snapshot (window rings, not a sample's first
- * start), and the longest prefix of found device blocks that does (0: none). */
+/* Whether r's cached prefix must end where ring snapshots cover the window before it
+ * (window rings, not a sample's first start), and the longest prefix of found device
+ * blocks that does (0: none). */
 bool sc_snap_needed(const sched *s, const req *r);
 uint32_t sc_snap_trim(sched *s, req *r, uint32_t found);
-/* sc_cache_start used `use` blocks: pin the snapshot ending there for r's first entry. */
+/* sc_cache_start used `use` blocks: pin the snapshots of the window before it for r's
+ * first entry (a hit: they are protected). */
 void sc_snap_hit(sched *s, req *r, uint32_t use);
-/* add_entry: the entry's ring_restore, and the snapshots its rows reach (the plan's). */
+/* add_entry: its restores (before the batch) and the blocks it completes (after it). */
 void sc_snap_entry(sched *s, req *r, sched_entry *e);
-/* commit: r's snapshot is taken once computed passed its end */
+/* commit: r's snapshots are taken once computed passed their block */
 void sc_snap_commit(sched *s, req *r);
-/* r gives up its device blocks: its pin and a snapshot not yet taken go */
+/* r gives up its device blocks: its pins and the snapshots not yet taken go */
 void sc_snap_release(sched *s, req *r);
-/* r finished (its ring still as it left it): a snapshot at its last computed boundary */
-void sc_snap_finish(sched *s, req *r);
-/* the step's plan: the finish snapshots since the last one join its list */
+/* the plan is built: slots for the blocks its entries complete (its ring_snapshots) */
 void sc_snap_seal(sched *s);
 /* the cached block keyed key left the device: its snapshot goes */
 void sc_snap_dropped(sched *s, sched_prefix_key key);

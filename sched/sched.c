@@ -43,6 +43,10 @@ int sched_create(const sched_policy *policy, const sched_config *cfg, sched_even
         return bad_config("window_ring_bytes", "must be > 0 with window rings and a host or "
                                                "disk tier (a swap moves the ring)");
 
+    if (cfg->window_rings && cfg->prefix_cache && cfg->window_snapshots &&
+        !cfg->window_snapshot_blocks)
+        return bad_config("window_snapshot_blocks", "must be > 0 with ring snapshots");
+
     sched *s = calloc(1, sizeof(*s));
     if (!s) goto oom;
     s->policy = sched__policy_clone(policy);
@@ -154,6 +158,10 @@ void sched_destroy(sched *s)
     for (int i = 0; i < SCHED_POOL__COUNT; i++) free(s->pools[i].free_ids);
     free(s->rings.free_ids);
     free(s->snaps);
+    free(s->snap_hash);
+    free(s->snap_free.a);
+    free(s->snap_pend.a);
+    free(s->snap_want.a);
     free(s->run.a);
     free(s->cancel_pending.a);
     for (uint32_t i = 0; i < s->xfers.n; i++) free(s->xfers.a[i].dst); /* cache copies in flight */
@@ -161,7 +169,6 @@ void sched_destroy(sched *s)
     free(s->px_mv);
     free(s->entries.a);
     free(s->snap_takes.a);
-    free(s->snap_acc.a);
     free(s->rel_plan.a);
     free(s->rel_acc.a);
     free(s->transfers.a);
@@ -188,7 +195,6 @@ void sc_release_now(sched *s, uint32_t slot, uint64_t now, bool into_plan)
     req *r = &s->reqs[slot];
     sched_release rel = {.req = r->id, .why = (sched_event_kind)r->end_kind};
     if (r->rc_active) sc_rc_end(s, r, SCHED_OUTCOME_ABANDONED, now);
-    if (r->end_kind == SCHED_EV_FINISH) sc_snap_finish(s, r); /* before its ring goes */
     uint8_t tier = r->tier;
     rel.blocks[SCHED_POOL_DEVICE] = sc_dev_free_all(s, r);
     rel.blocks[tier] += sc_tier_free_all(s, r);
@@ -358,7 +364,7 @@ const sched_plan *sched_step(sched *s, uint64_t now)
         s->rel_acc.n = 0;
     }
     s->entries.n = s->transfers.n = s->xfer_blocks.n = s->preempts.n = s->ended.n = 0;
-    s->copies.n = s->snap_takes.n = 0;
+    s->copies.n = s->snap_takes.n = s->snap_want.n = 0;
     s->victims_built = false;
     memset(&s->plan, 0, sizeof(s->plan));
     s->plan.now_us = now;

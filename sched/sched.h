@@ -629,21 +629,26 @@ typedef struct sched_config {
      * (sched_request.sample) finds its prompt's cached blocks: the n samples of one prompt
      * share its global blocks, and the caller gives each sample, at its first entry, a copy
      * of its first sample's ring as it was when the prompt was computed.  Any other request
-     * finds a cached prefix only where a ring snapshot (window_snapshots) ends. */
+     * finds a cached prefix only where ring snapshots (window_snapshots) cover the window
+     * before its end. */
     uint32_t window_rings;
-    /* Ring snapshots (with window_rings and the prefix cache; 0: none): at most this many
-     * copies of a ring as it stood at a cached prefix's end — the windowed layers' K/V of
-     * the window before it — kept with the cached block that ends there.  A sequence whose
-     * prompt runs past a block boundary takes one at the last such boundary before its last
-     * prompt token, one where its cached prefix found at admission ended before a snapshot
-     * cut it back (a prefix others share: a system prompt), and one when it finishes, at the
-     * last block boundary it computed (its answer: a conversation's next turn) — sched_plan's
-     * ring_snapshots; a later request's cached prefix is cut
-     * back to the longest one that ends at a snapshot, on the device: its first entry names
-     * the snapshot to copy into its ring before it runs (sched_entry.ring_restore).  A snapshot goes when its block leaves the
-     * device (dropped or demoted), or, every slot used, the least recently used one no
-     * admitted request waits on goes for a new one. */
+    /* Ring snapshots (with window_rings and the prefix cache; 0: none): this many slots,
+     * each one ring block — the windowed layers' K/V of one cached block, kept with it
+     * (the caller sizes the count from its byte budget and holds the bytes).  Each block a
+     * sequence's entry completes (prompt or answer) is copied into a slot after its batch
+     * (sched_plan's ring_snapshots) unless a slot holds its key; a later request's cached
+     * prefix is cut back to the longest whose last window_snapshot_blocks blocks all have
+     * one, on the device, and its first entry's plan restores them into its ring before the
+     * batch (the records with `restore`).  So the second request behind a shared system
+     * prompt hits it, as does the same prompt again and a conversation's next turn (past
+     * the answer).  A snapshot goes when its block leaves the device (dropped or demoted),
+     * or, every slot used, by segmented LRU: the least recently used one no hit has used
+     * goes first, else the least recently used one a hit has (at most half are those);
+     * never one an admitted request waits on. */
     uint32_t window_snapshots;
+    /* The blocks before a cached prefix's end whose snapshots a hit restores: those a
+     * windowed layer can still read, ceil(window / block_size) (> 0 with window_snapshots). */
+    uint32_t window_snapshot_blocks;
     /* Bytes of one window ring (> 0 when window_rings and a host or disk tier): a swap
      * moves them in ceil(window_ring_bytes / (block_size × kv_bytes_per_token)) tier slots
      * beside the blocks, and the cost model charges them. */
@@ -796,19 +801,17 @@ typedef struct sched_entry {
                                (only before the window of start_pos) */
     uint32_t ring;          /* its window ring (sched_config.window_rings), or
                                SCHED_BLOCK_NONE without rings */
-    /* a ring snapshot (sched_config.window_snapshots) to copy into this entry's ring before
-     * the batch runs — it ends at start_pos —, or SCHED_BLOCK_NONE */
-    uint32_t ring_restore;
 } sched_entry;
 
-/* A ring snapshot to take (sched_config.window_snapshots): copy the window before position
- * `end` from ring `ring` into snapshot slot `slot` — once the batch ran (`end` inside the
- * rows of req's entry), or, `before`, first of all, before any transfer or entry of the plan
- * (the ring as a sequence that finished left it; the plan may give the ring to another). */
+/* A ring snapshot (sched_config.window_snapshots) to copy: ring block (end / block_size -
+ * 1) mod ring blocks — the block of positions [end - block_size, end) — between ring `ring`
+ * and snapshot slot `slot`.  restore: into the ring, before any entry of the plan runs (the
+ * first entry of req starts at its cached prefix's end, at or after `end`); else into the
+ * slot, once the batch ran (`end` inside the rows of req's entry). */
 typedef struct sched_ring_snapshot {
     uint64_t req;
     uint32_t ring, slot, end;
-    bool before;
+    bool restore;
 } sched_ring_snapshot;
 
 typedef struct sched_release {
@@ -908,7 +911,8 @@ typedef struct sched_plan {
      * it; step again at this time, or as soon as another request is submitted (0: not
      * holding) */
     uint64_t hold_until_us;
-    /* (h) ring snapshots to take: `before` ones first of all, the others after the batch */
+    /* (h) ring snapshots: the `restore` ones before any entry runs, the others (takes)
+     * after the batch */
     const sched_ring_snapshot *ring_snapshots;
     uint32_t n_ring_snapshots;
 } sched_plan;
@@ -1004,8 +1008,9 @@ typedef struct sched_counts {
     uint64_t prefix_hit_pool_tokens[SCHED_POOL__COUNT], prefix_self_pool_tokens[SCHED_POOL__COUNT];
     uint64_t prefix_demoted_blocks[SCHED_POOL__COUNT], prefix_reloaded_blocks[SCHED_POOL__COUNT];
     uint64_t prefix_recomputed_blocks[SCHED_POOL__COUNT];
-    /* ring snapshots (sched_config.window_snapshots): slots holding one (taken or being
-     * taken), and since creation those taken, hits that used one, those dropped */
+    /* ring snapshots (sched_config.window_snapshots): slots holding one ring block (taken
+     * or being taken), and since creation blocks taken, hits that restored some, blocks
+     * dropped (their cached block left the device, or replaced) */
     uint32_t ring_snapshots;
     uint64_t ring_snapshots_taken, ring_snapshot_hits, ring_snapshots_dropped;
 } sched_counts;

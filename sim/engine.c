@@ -814,8 +814,12 @@ int sim_run_trace(const sim_trace *t, const sim_options *o, sim_run *run)
         .attention_window = svc->attention_window,
         .window_rings = wl->rings,
         .window_ring_bytes = wl->ring_bytes,
-        /* ringlmd's default: as many ring snapshots as rings, with the prefix cache */
-        .window_snapshots = o->prefix_cache && (any_hash || e.fol_head) ? wl->rings : 0,
+        /* ringlmd's default: ring snapshots of one ring block each in the rings' bytes,
+         * with the prefix cache; a hit restores the window's blocks */
+        .window_snapshots =
+            o->prefix_cache && (any_hash || e.fol_head) ? wl->rings * wl->ring_blocks : 0,
+        .window_snapshot_blocks =
+            (o->window_pattern.window + svc->kv_block_size - 1) / svc->kv_block_size,
         /* a windowed layer's attention reads min(context, window) (as ringlmd's model) */
         .step_window = o->window_pattern.window,
         .step_window_layers = o->window_pattern.windowed,

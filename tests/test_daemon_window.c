@@ -386,23 +386,31 @@ Test(daemon_window, gemma2_preempted_on_rings_recomputes, .init = mk_tmpdir, .fi
                              "streams after recompute on rings differ from the reference");
 }
 
-/* ---- ring snapshots: prefix-cache hits of other requests on rings ----------------------
- *
- * A first request's prompt of 70 tokens leaves a snapshot of its ring at position 64 (the
- * last block boundary before its last token: the window before it, positions 32-63); a
- * second request, whose prompt of 80 tokens goes on from those 70 (a conversation's next
- * turn), finds its first 64 tokens cached and prefills 16. Its ring is one the first
- * request wrote to position 130, so without the snapshot's copy positions 32-63 of its
- * windowed layers would be others: both streams equal the reference, the same requests on
- * every layer in the blocks. With --kv-ring-snapshots off the second finds nothing. */
-static void mixed_snapshot_hit(bool gemma3)
+/* The tests of several requests on a gemma-shaped file: the daemon built, the file in
+ * model (512 bytes), *job emptied for n requests. */
+static void mixed_job(char *model, bool gemma3, px_conc_job *job, int n)
 {
     need_daemon_binary();
+    mixed_model(model, 512, gemma3);
+    memset(job, 0, sizeof *job);
+    job->n = n;
+}
+
+/* ---- ring snapshots: prefix-cache hits of other requests on rings ----------------------
+ *
+ * A first request's prompt of 70 tokens leaves a snapshot of each ring block it completes
+ * (the windowed layers' K/V of its blocks); a second request, whose prompt of 80 tokens
+ * goes on from those 70 (a conversation's next turn), finds its first 64 tokens cached and
+ * prefills 16. Its ring is one the first request wrote to position 130, so without the
+ * snapshots' copy positions 32-63 of its windowed layers would be others: both streams
+ * equal the reference, the same requests on every layer in the blocks. With
+ * --kv-ring-snapshot-bytes off the second finds nothing. The default budget is the rings'
+ * own bytes: 2 rings of 4 blocks, 8 snapshots. */
+static void mixed_snapshot_hit(bool gemma3)
+{
     char model[512];
-    mixed_model(model, sizeof model, gemma3);
     static px_conc_job both, first, second;
-    memset(&both, 0, sizeof both);
-    both.n = 2;
+    mixed_job(model, gemma3, &both, 2);
     for (int k = 0; k < 80; k++) both.prompt[0][k] = both.prompt[1][k] = 3 + (37 * k) % 250;
     both.n_prompt[0] = 70;
     both.n_prompt[1] = 80;
@@ -416,15 +424,23 @@ static void mixed_snapshot_hit(bool gemma3)
     for (int off = 0; off < 2; off++) {
         const char *on[] = {"--kv-blocks", "32",        "--kv-block-size", "16", "--kv-rings",
                             "2",           "--metrics", "127.0.0.1:0",     NULL};
-        const char *no[] = {
-            "--kv-blocks",         "32",  "--kv-block-size", "16",          "--kv-rings", "2",
-            "--kv-ring-snapshots", "off", "--metrics",       "127.0.0.1:0", NULL};
+        const char *no[] = {"--kv-blocks",
+                            "32",
+                            "--kv-block-size",
+                            "16",
+                            "--kv-rings",
+                            "2",
+                            "--kv-ring-snapshot-bytes",
+                            "off",
+                            "--metrics",
+                            "127.0.0.1:0",
+                            NULL};
         dmn d;
         dmn_start_for(&d, model, policy("recompute"), off ? no : on, &first.sock, &first.out);
         second.sock = first.sock;
         second.out = first.out;
         const char *log = th_daemon_output(&d.th);
-        cr_assert(strstr(log, off ? "0 ring snapshots" : "2 ring snapshots of 2 blocks"),
+        cr_assert(strstr(log, off ? "0 ring snapshots" : "8 ring snapshots of one ring block"),
                   "the daemon logs its snapshots: %s", log);
         /* its warm-up fits the rings: chunks of 16 rows (a ring's), one a ring */
         cr_assert(strstr(log, "warm-up: 32-token prefill (2 sequences)"), "warm-up: %s", log);
@@ -466,22 +482,70 @@ static void mixed_snapshot_hit(bool gemma3)
 GEMMA2_AND_GEMMA3(mixed_snapshot_hit, gemma2_prompt_hits_cache_through_ring_snapshot,
                   gemma3_prompt_hits_cache_through_ring_snapshot)
 
-/* A system prompt of 40 tokens shared by three requests with different messages of 30, one
- * after another, prefill chunks of 24 (rings of 5 blocks; block boundaries fall inside the
- * chunks): the first leaves a snapshot at its own last boundary (64) only; the second finds
- * the shared 32 tokens' blocks cached but no snapshot there, so computes them and takes
- * one at 32 (in the middle of its second chunk); the third finds 32 tokens cached through
- * it. The three streams equal the reference's. (Each also leaves one as it finishes, at its
- * answer's last block: no other prompt here goes on from an answer.) */
-Test(daemon_window, gemma2_shared_system_prompt_hits_from_the_third_request, .init = mk_tmpdir,
-     .fini = rm_tmpdir, .timeout = 300)
+/* The snapshots' budget is bytes (--kv-ring-snapshot-bytes): as many whole ring blocks as
+ * fit, their count and bytes logged; a budget under one ring block, 0, a negative or an
+ * unknown unit are refused, naming the flag. */
+Test(daemon_window, ring_snapshot_budget_is_bytes, .init = mk_tmpdir, .fini = rm_tmpdir,
+     .timeout = 120)
 {
     need_daemon_binary();
     char model[512];
     mixed_model(model, sizeof model, false);
+    const char *flags[] = {"--kv-blocks", "32", "--kv-block-size",          "16",
+                           "--kv-rings",  "2",  "--kv-ring-snapshot-bytes", "64K",
+                           NULL};
+    dmn d;
+    const char *sock, *out;
+    dmn_start_for(&d, model, policy("recompute"), flags, &sock, &out);
+    const char *log = th_daemon_output(&d.th);
+    const char *at = strstr(log, "rings of ");
+    int R = 0;
+    size_t ring_bytes = 0;
+    cr_assert(at && sscanf(at, "rings of %d blocks (%zu bytes a ring)", &R, &ring_bytes) == 2 &&
+                  R > 0,
+              "the rings logged: %s", log);
+    const size_t rbb = ring_bytes / (size_t)R, n = 65536 / rbb;
+    char want[128];
+    snprintf(want, sizeof want, "%zu ring snapshots of one ring block (%zu bytes", n, n * rbb);
+    cr_log_info("64K: %s", want);
+    cr_assert(n > 0 && strstr(log, want), "64 KiB is %zu ring blocks of %zu bytes: %s", n, rbb,
+              log);
+    cr_assert_eq(dmn_stop(&d, SIGTERM, 10000), 0);
+    dmn_cleanup(&d);
+
+    char *ringlmd = th_program("ringlmd"), sockp[300], one[32];
+    snprintf(sockp, sizeof sockp, "%s/refused.sock", tmpdir);
+    snprintf(one, sizeof one, "%zu", rbb - 1);
+    static const char *const says[] = {"less than one ring block", "expected a size",
+                                       "expected a size", "expected a size"};
+    const char *bad[] = {one, "0", "-5", "12Q"};
+    for (int i = 0; i < 4; i++) {
+        char *argv[] = {ringlmd,        "--model",     model, "--socket",
+                        sockp,          "--kv-blocks", "32",  "--kv-block-size",
+                        "16",           "--kv-rings",  "2",   "--kv-ring-snapshot-bytes",
+                        (char *)bad[i], NULL};
+        char *o = NULL, *e = NULL;
+        int st = th_run(argv, &o, &e, 60);
+        cr_assert(st != 0, "--kv-ring-snapshot-bytes %s: exit 0", bad[i]);
+        cr_assert(strstr(e, "--kv-ring-snapshot-bytes") && strstr(e, says[i]),
+                  "--kv-ring-snapshot-bytes %s: says \"%s\", not \"%s\"", bad[i], e, says[i]);
+        free(o);
+        free(e);
+    }
+    free(ringlmd);
+}
+
+/* A system prompt of 40 tokens shared by three requests with different messages of 30, one
+ * after another, prefill chunks of 24 (rings of 5 blocks; block boundaries fall inside the
+ * chunks): the first leaves the snapshots of its blocks; the second finds the shared 32
+ * tokens' blocks cached and the window before them (blocks 0 and 1) in the first one's
+ * snapshots, and so does the third. The three streams equal the reference's. */
+Test(daemon_window, gemma2_shared_system_prompt_hits_from_the_second_request, .init = mk_tmpdir,
+     .fini = rm_tmpdir, .timeout = 300)
+{
+    char model[512];
     static px_conc_job all, one;
-    memset(&all, 0, sizeof all);
-    all.n = 3;
+    mixed_job(model, false, &all, 3);
     for (int i = 0; i < 3; i++) {
         for (int k = 0; k < 70; k++)
             all.prompt[i][k] = 3 + (k < 40 ? 37 * k : 41 * k + 59 * i) % 250;
@@ -492,11 +556,7 @@ Test(daemon_window, gemma2_shared_system_prompt_hits_from_the_third_request, .in
     static const char *const chunked =
         "[scheduler]\nmode = token_budget\ntoken_budget = 64\nmax_active_seqs = 8\n"
         "prefill_chunk = 24\npreemption = recompute\nmin_residency = 0us\nmax_preemptions = 0\n";
-    /* 4 snapshots: each request takes up to three (its prompt's end, the shared prefix's,
-     * its answer's), and with 2 the second's answer would replace the shared prefix's */
-    const char *flags[] = {"--kv-blocks", "32", "--kv-block-size",     "16",
-                           "--kv-rings",  "2",  "--kv-ring-snapshots", "4",
-                           NULL};
+    const char *flags[] = {"--kv-blocks", "32", "--kv-block-size", "16", "--kv-rings", "2", NULL};
     dmn d;
     dmn_start_for(&d, model, chunked, flags, &all.sock, &all.out);
     const char *log = th_daemon_output(&d.th);
@@ -516,8 +576,9 @@ Test(daemon_window, gemma2_shared_system_prompt_hits_from_the_third_request, .in
     char *last = dmn_stop_output(&d);
     free(last);
     int hits = count_lines2(d.declog, "\"ev\":\"cache_hit\"", "\"cached_tokens\":32");
-    cr_assert_eq(hits, 1, "the third request found the system prompt's 32 tokens: %d hits", hits);
-    cr_assert_eq(count_lines(d.declog, "\"ev\":\"cache_hit\""), 1, "and no other hit");
+    cr_assert_eq(hits, 2, "the second and third found the system prompt's 32 tokens: %d hits",
+                 hits);
+    cr_assert_eq(count_lines(d.declog, "\"ev\":\"cache_hit\""), 2, "and no other hit");
     streams_equal_then_clean(
         &d, strdup(got), want,
         "streams through a shared prompt's snapshot differ from the reference");
@@ -541,18 +602,15 @@ static uint32_t answer_ids(const char *out, int32_t *ids, uint32_t cap)
 }
 
 /* A conversation's next turn past the answer: a first turn of 20 tokens answered with 40
- * (59 positions computed) leaves a snapshot at 48 as it finishes; the next turn — those 20,
- * the 40 answered, 10 new — finds 48 tokens cached (past the first prompt's own snapshot at
- * 16) and prefills 22. Both turns equal every layer in the blocks (the reference runs the
+ * (59 positions computed) leaves snapshots of its answer's blocks too, up to 48; the next
+ * turn — those 20, the 40 answered, 10 new — finds 48 tokens cached (past the first
+ * prompt's own blocks) and prefills 22. Both turns equal every layer in the blocks (the reference runs the
  * same two turns, its first answer the same). */
 static void mixed_answer_snapshot(bool gemma3)
 {
-    need_daemon_binary();
     char model[512];
-    mixed_model(model, sizeof model, gemma3);
     static px_conc_job t1, t2;
-    memset(&t1, 0, sizeof t1);
-    t1.n = 1;
+    mixed_job(model, gemma3, &t1, 1);
     for (int k = 0; k < 20; k++) t1.prompt[0][k] = 3 + (43 * k) % 250;
     t1.n_prompt[0] = 20;
     t1.max_new = 40;

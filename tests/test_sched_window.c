@@ -318,6 +318,7 @@ static sched *make_rings_tier(const char *preemption, uint32_t rings, uint32_t d
         .prefix_cache = prefix > 0,
         .prefix_cache_generated = prefix > 0,
         .window_snapshots = prefix > 1 ? prefix - 1 : 0,
+        .window_snapshot_blocks = 2, /* a window of 32 positions */
     };
     sched *s = NULL;
     cr_assert_eq(sched_create(*pol, &c, NULL, NULL, 1, &s), 0, "%s", sched_last_error());
@@ -545,45 +546,40 @@ Test(window, rings_cache_serves_a_sample_only)
     sched_policy_free(p);
 }
 
-/* The snapshots plans took as a sequence finished (sched_ring_snapshot.before), seen by
- * run_one and note_finished. */
-static sched_ring_snapshot fin_takes[8];
-static uint32_t n_fin_takes;
-
-static void note_finished(const sched_plan *pl)
-{
-    for (uint32_t k = 0; k < pl->n_ring_snapshots; k++)
-        if (pl->ring_snapshots[k].before && n_fin_takes < 8)
-            fin_takes[n_fin_takes++] = pl->ring_snapshots[k];
-}
-
 /* Runs request id (prompt toks[0..len), max_new tokens) to its end; returns its first
- * entry, and the ring snapshots its plans took in take[0..*n_take) (at most 2). */
+ * entry, the ring snapshots its plans took (take[0..*n_take), at most 8) and restored
+ * (rest[0..*n_rest), at most 4). */
 static sched_entry run_one(sched *s, uint64_t *now, uint64_t id, const int32_t *toks, uint32_t len,
-                           uint32_t max_new, sched_ring_snapshot *take, uint32_t *n_take)
+                           uint32_t max_new, sched_ring_snapshot *take, uint32_t *n_take,
+                           sched_ring_snapshot *rest, uint32_t *n_rest)
 {
     sched_req_info in;
     sched_entry first = {.req = 0};
-    *n_take = 0;
+    *n_take = *n_rest = 0;
     cr_assert_eq(submit(s, id, len, max_new, toks, *now), 0, "%s", sched_last_error());
     for (int i = 0; i < 200 && sched_get_request(s, id, &in) == 0; i++) {
         const sched_plan *pl = iter(s, now, 0, 64);
-        note_finished(pl);
         const sched_entry *mine = NULL;
         for (uint32_t k = 0; k < pl->n_entries; k++)
             if (pl->entries[k].req == id) mine = &pl->entries[k];
-        if (mine && !first.req)
-            first = *mine;
-        else if (mine)
-            cr_assert_eq(mine->ring_restore, SCHED_BLOCK_NONE, "only its first entry restores");
+        if (mine && !first.req) first = *mine;
         for (uint32_t k = 0; k < pl->n_ring_snapshots; k++) {
             const sched_ring_snapshot *r = &pl->ring_snapshots[k];
-            if (r->before) continue; /* an earlier request's, as it finished */
             cr_assert_eq(r->req, id, "only request %llu runs", (unsigned long long)id);
-            cr_assert(mine && r->ring == mine->ring && r->end > mine->start_pos &&
-                          r->end <= mine->start_pos + mine->n_tokens,
-                      "a snapshot at %u from its entry's ring, inside its rows", r->end);
-            cr_assert_lt(*n_take, 2, "request %llu: at most two snapshots", (unsigned long long)id);
+            cr_assert(mine && r->ring == mine->ring, "a snapshot of its entry's ring");
+            if (r->restore) {
+                cr_assert_eq(mine->start_pos, first.start_pos, "only its first entry restores");
+                cr_assert(r->end <= mine->start_pos && r->end + 2 * BS > mine->start_pos,
+                          "a restore of the window before %u: a block ending at %u",
+                          mine->start_pos, r->end);
+                cr_assert_lt(*n_rest, 4);
+                rest[(*n_rest)++] = *r;
+                continue;
+            }
+            cr_assert(r->end > mine->start_pos && r->end <= mine->start_pos + mine->n_tokens &&
+                          r->end % BS == 0,
+                      "a block its entry completes: %u", r->end);
+            cr_assert_lt(*n_take, 8);
             take[(*n_take)++] = *r;
         }
     }
@@ -592,130 +588,166 @@ static sched_entry run_one(sched *s, uint64_t *now, uint64_t id, const int32_t *
     return first;
 }
 
-/* With ring snapshots (sched_config.window_snapshots) a request's prompt of 40 leaves one at
- * position 32 (the last block boundary before its last token), taken once the entry whose
- * rows reach 32 ran; the same prompt again finds 32 tokens cached and its first entry, at
- * 32, restores that snapshot. One slot: a third prompt's snapshot replaces it (least
- * recently used), and the first prompt then finds nothing cached for its ring. */
-Test(window, rings_cache_hits_at_a_ring_snapshot)
+/* Three prompts of len tokens that share their first `shared` (3, 4, ...) and differ after
+ * (prompt k: 100 (k + 1) + i at position i). */
+static void three_prompts(int32_t p[3][56], int len, int shared)
+{
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < len; i++) p[k][i] = i < shared ? 3 + i : 100 * (k + 1) + i;
+}
+
+/* A scheduler on 4 rings with `slots` ring snapshots (window 2 blocks), and three_prompts. */
+static sched *snap_case(uint32_t slots, int32_t pr[3][56], int len, int shared, sched_policy **p)
+{
+    three_prompts(pr, len, shared);
+    return make_rings_tier("recompute", 4, 64, 0, 0, 1 + slots, p);
+}
+
+/* With ring snapshots (sched_config.window_snapshots) each block a prompt of 40 completes
+ * is copied once the entry that completed it ran: the blocks ending at 16 and 32. The same
+ * prompt again finds 32 tokens cached and its first entry restores both (the window of 2
+ * blocks before 32); nothing new to take. */
+Test(window, rings_cache_hits_through_ring_snapshots)
 {
     sched_policy *p;
-    sched *s = make_rings_tier("recompute", 4, 64, 0, 0, 2, &p);
-    int32_t toks[48], other[48];
-    for (int i = 0; i < 48; i++) {
-        toks[i] = 3 + i;
-        other[i] = 300 + i;
-    }
+    sched *s = make_rings_tier("recompute", 4, 64, 0, 0, 1 + 8, &p);
+    int32_t toks[48];
+    for (int i = 0; i < 48; i++) toks[i] = 3 + i;
     uint64_t now = 1;
-    sched_ring_snapshot take[2], take2[2];
-    uint32_t nt, nt2;
-    sched_entry first = run_one(s, &now, 1, toks, 40, 4, take, &nt);
-    cr_assert_eq(first.ring_restore, SCHED_BLOCK_NONE, "nothing cached to restore");
-    cr_assert_eq(nt, 1, "request 1 took a snapshot");
-    cr_assert_eq(take[0].end, 32, "at the last block boundary before its last token: %u",
-                 take[0].end);
+    sched_ring_snapshot take[8], rest[4];
+    uint32_t nt, nr;
+    sched_entry first = run_one(s, &now, 1, toks, 40, 4, take, &nt, rest, &nr);
+    cr_assert_eq(nr, 0, "nothing cached to restore");
+    cr_assert_eq(nt, 2, "request 1 took its two full blocks: %u", nt);
+    cr_assert(take[0].end == 16 && take[1].end == 32, "at 16 and 32: %u, %u", take[0].end,
+              take[1].end);
 
-    first = run_one(s, &now, 2, toks, 40, 4, take2, &nt2);
+    first = run_one(s, &now, 2, toks, 40, 4, take + 2, &nt, rest, &nr);
     cr_assert_eq(first.start_pos, 32, "request 2 starts after its 32 cached tokens: %u",
                  first.start_pos);
-    cr_assert_eq(first.ring_restore, take[0].slot, "and restores the snapshot first");
-    cr_assert_eq(nt2, 0, "one snapshot a prefix end");
+    cr_assert_eq(nr, 2, "and restores the window before 32 first: %u", nr);
+    cr_assert(rest[0].slot == take[0].slot && rest[0].end == 16 && rest[1].slot == take[1].slot &&
+                  rest[1].end == 32,
+              "request 1's two blocks");
+    cr_assert_eq(nt, 0, "one snapshot a block");
     sched_counts c;
     sched_get_counts(s, &c);
-    cr_assert_eq(c.ring_snapshots, 1);
-    cr_assert_eq(c.ring_snapshots_taken, 1);
+    cr_assert_eq(c.ring_snapshots, 2);
+    cr_assert_eq(c.ring_snapshots_taken, 2);
     cr_assert_eq(c.ring_snapshot_hits, 1);
     cr_assert_eq(c.prefix_hit_tokens, 32, "a hit in the cache's figures: %llu",
                  (unsigned long long)c.prefix_hit_tokens);
-
-    run_one(s, &now, 3, other, 40, 4, take2, &nt2);
-    cr_assert_eq(nt2, 1);
-    cr_assert_eq(take2[0].slot, take[0].slot, "the one slot, replaced");
-    first = run_one(s, &now, 4, toks, 40, 4, take2, &nt2);
-    cr_assert_eq(first.start_pos, 0, "its snapshot gone, prompt 1 is computed again");
-    cr_assert_eq(first.ring_restore, SCHED_BLOCK_NONE);
-    sched_get_counts(s, &c);
-    cr_assert_eq(c.ring_snapshots_dropped, 2, "one replaced for request 3, one for request 4");
     sched_destroy(s);
     sched_policy_free(p);
 }
 
-/* A prefix two prompts share (a system prompt of 32 tokens, then different messages): the
- * first leaves a snapshot at its own last boundary (48) only; the second finds the shared
- * 32 tokens cached but no snapshot there, computes them, and takes one at 32 beside its
- * own at 48; a third prompt with that system prompt finds 32 tokens cached and restores. */
+/* A prefix prompts share (a system prompt of 32 tokens, then different messages): the
+ * first leaves its blocks ending at 16, 32 and 48; the second finds the shared 32 tokens
+ * cached and the window before them in request 1's snapshots — the second request already
+ * hits — and takes only its own block ending at 48; the third hits the same way. */
 Test(window, rings_snapshot_where_prompts_share_a_prefix)
 {
     sched_policy *p;
-    sched *s = make_rings_tier("recompute", 4, 64, 0, 0, 5, &p);
-    int32_t a[56], b[56], c3[56];
-    for (int i = 0; i < 56; i++) {
-        a[i] = b[i] = c3[i] = 3 + i;
-        if (i >= 32) {
-            a[i] = 100 + i;
-            b[i] = 200 + i;
-            c3[i] = 300 + i;
-        }
-    }
+    static int32_t pr[3][56];
+    sched *s = snap_case(16, pr, 56, 32, &p);
     uint64_t now = 1;
-    sched_ring_snapshot take[2];
-    uint32_t nt;
-    sched_entry first = run_one(s, &now, 1, a, 56, 4, take, &nt);
-    cr_assert(nt == 1 && take[0].end == 48, "request 1: one snapshot, at 48");
-    first = run_one(s, &now, 2, b, 56, 4, take, &nt);
-    cr_assert_eq(first.start_pos, 0, "request 2: no snapshot at the shared 32 yet");
-    cr_assert_eq(nt, 2, "request 2: a snapshot where the shared prefix ends and at its end");
-    cr_assert(take[0].end == 32 && take[1].end == 48, "at 32 and 48: %u, %u", take[0].end,
-              take[1].end);
-    uint32_t at32 = take[0].slot;
-    first = run_one(s, &now, 3, c3, 56, 4, take, &nt);
-    cr_assert_eq(first.start_pos, 32, "request 3 finds the shared 32 tokens: %u", first.start_pos);
-    cr_assert_eq(first.ring_restore, at32, "through request 2's snapshot");
-    cr_assert(nt == 1 && take[0].end == 48, "and takes its own at 48");
+    sched_ring_snapshot take[8], take2[8], rest[4];
+    uint32_t nt, nt2, nr;
+    run_one(s, &now, 1, pr[0], 56, 4, take, &nt, rest, &nr);
+    cr_assert(nt == 3 && take[2].end == 48, "request 1: its three blocks, the last at 48");
+    sched_entry first = run_one(s, &now, 2, pr[1], 56, 4, take2, &nt2, rest, &nr);
+    cr_assert_eq(first.start_pos, 32, "request 2 finds the shared 32 tokens: %u", first.start_pos);
+    cr_assert(nr == 2 && rest[0].slot == take[0].slot && rest[1].slot == take[1].slot,
+              "through request 1's snapshots");
+    cr_assert(nt2 == 1 && take2[0].end == 48, "and takes its own block at 48");
+    first = run_one(s, &now, 3, pr[2], 56, 4, take2, &nt2, rest, &nr);
+    cr_assert_eq(first.start_pos, 32, "request 3 too: %u", first.start_pos);
     sched_destroy(s);
     sched_policy_free(p);
 }
 
-/* A conversation's next turn: request 1 (a prompt of 40, 30 tokens answered) finishes
- * having computed 69 positions; the next plan takes a snapshot at 64 first of all (before:
- * its ring may be another's in that plan), and request 2 — the prompt, the answer, a new
- * message — finds 64 tokens cached, past the prompt, and restores that snapshot. */
+/* A conversation's next turn: request 1 (a prompt of 40, 30 tokens answered) computes 69
+ * positions, and its answer's blocks (ending at 48 and 64) are taken as its decode steps
+ * complete them; request 2 — the prompt, the answer, a new message — finds 64 tokens
+ * cached, past the prompt, and restores the blocks ending at 48 and 64. */
 Test(window, rings_snapshot_where_a_sequence_finished)
 {
     sched_policy *p;
-    sched *s = make_rings_tier("recompute", 4, 64, 0, 0, 5, &p);
+    sched *s = make_rings_tier("recompute", 4, 64, 0, 0, 1 + 8, &p);
     int32_t toks[80];
     for (int i = 0; i < 80; i++) toks[i] = i < 40 ? 3 + i : i < 70 ? 5 : 400 + i;
     uint64_t now = 1;
-    sched_ring_snapshot take[2];
-    uint32_t nt;
-    n_fin_takes = 0;
-    sched_entry first = run_one(s, &now, 1, toks, 40, 30, take, &nt);
-    note_finished(iter(s, &now, 0, 64));
-    cr_assert_eq(n_fin_takes, 1, "one snapshot as request 1 finished");
-    cr_assert_eq(fin_takes[0].req, 1);
-    cr_assert_eq(fin_takes[0].end, 64, "at its last computed boundary: %u", fin_takes[0].end);
-    uint32_t slot = fin_takes[0].slot;
-    first = run_one(s, &now, 2, toks, 74, 4, take, &nt);
+    sched_ring_snapshot take[8], take2[8], rest[4];
+    uint32_t nt, nt2, nr;
+    run_one(s, &now, 1, toks, 40, 30, take, &nt, rest, &nr);
+    cr_assert_eq(nt, 4, "its four full blocks, two of them its answer's: %u", nt);
+    cr_assert(take[2].end == 48 && take[3].end == 64, "%u, %u", take[2].end, take[3].end);
+    sched_entry first = run_one(s, &now, 2, toks, 74, 4, take2, &nt2, rest, &nr);
     cr_assert_eq(first.start_pos, 64, "the next turn finds the answer's blocks too: %u",
                  first.start_pos);
-    cr_assert_eq(first.ring_restore, slot, "through the finish snapshot");
+    cr_assert(nr == 2 && rest[0].slot == take[2].slot && rest[1].slot == take[3].slot,
+              "through the blocks ending at 48 and 64");
     sched_destroy(s);
     sched_policy_free(p);
+}
+
+/* Every slot taken, a new block replaces by segmented LRU: in 4 slots, prompt A's two
+ * blocks (a hit used them: protected) outlive prompt B's (never hit), taken later, when
+ * prompt C needs two slots — least recently used alone would have replaced A's. */
+Test(window, rings_snapshots_a_hit_used_outlive_those_never_hit)
+{
+    sched_policy *p;
+    static int32_t pr[3][56];
+    sched *s = snap_case(4, pr, 40, 0, &p);
+    const int32_t *A = pr[0], *B = pr[1], *C = pr[2];
+    uint64_t now = 1;
+    sched_ring_snapshot take[8], rest[4];
+    uint32_t nt, nr;
+    run_one(s, &now, 1, A, 40, 2, take, &nt, rest, &nr);
+    cr_assert_eq(run_one(s, &now, 2, A, 40, 2, take, &nt, rest, &nr).start_pos, 32, "A hits");
+    run_one(s, &now, 3, B, 40, 2, take, &nt, rest, &nr);
+    cr_assert_eq(nt, 2, "B's blocks in the two free slots");
+    run_one(s, &now, 4, C, 40, 2, take, &nt, rest, &nr);
+    cr_assert_eq(nt, 2, "C's replace two");
+    sched_counts c;
+    sched_get_counts(s, &c);
+    cr_assert_eq(c.ring_snapshots_dropped, 2);
+    cr_assert_eq(run_one(s, &now, 5, A, 40, 2, take, &nt, rest, &nr).start_pos, 32,
+                 "A's snapshots stayed");
+    cr_assert_eq(run_one(s, &now, 6, B, 40, 2, take, &nt, rest, &nr).start_pos, 0,
+                 "B's went: computed again");
+    sched_destroy(s);
+    sched_policy_free(p);
+}
+
+/* A hash of tokens [0, end) of request id's known tokens (the random test's books). */
+#define RND_REQS 1024
+#define RND_TOKS 256
+static int32_t rnd_tok[RND_REQS][RND_TOKS];
+static uint32_t rnd_len[RND_REQS];
+
+static uint64_t rnd_hash(uint64_t id, uint32_t end)
+{
+    cr_assert(id < RND_REQS && end <= rnd_len[id], "request %llu: %u of %u tokens known",
+              (unsigned long long)id, end, id < RND_REQS ? rnd_len[id] : 0);
+    uint64_t h = 1469598103934665603ull;
+    for (uint32_t i = 0; i < end; i++) h = (h ^ (uint32_t)rnd_tok[id][i]) * 1099511628211ull;
+    return h;
 }
 
 /* Random calls on window rings with ring snapshots and a host tier: prompts from three
  * shared prefixes and random tails, cancels, swaps, sequences finishing early. The
  * invariants hold after every call, and the plans' snapshots keep the caller's books
- * straight, as ringlmd keeps them: a slot a plan fills ends where the plan says (the entry
- * of that request on that ring runs through it, or, before, it finished there), and every
- * restore reads a slot filled for exactly its entry's start. */
+ * straight, as ringlmd keeps them: a slot a plan fills holds a block its entry on that
+ * ring completes, and every restore reads a slot that holds the block of the same tokens
+ * at the same positions, one of the window before its entry's start. */
 Test(window, rings_snapshots_under_random_calls)
 {
     sched_policy *p;
-    sched *s = make_rings_tier("auto", 6, 48, 64, 3 * BS * 1024, 1 + 4, &p);
+    sched *s = make_rings_tier("auto", 6, 48, 64, 3 * BS * 1024, 1 + 24, &p);
     uint64_t rs = 0x9e3779b97f4a7c15ull, now = 1, next_id = 1, xfer[128];
-    uint32_t nx = 0, slot_end[4] = {0, 0, 0, 0}, restores = 0;
+    uint32_t nx = 0, slot_end[24] = {0}, restores = 0;
+    uint64_t slot_hash[24] = {0};
     static int32_t toks[160];
     static sched_result res[64];
     for (int it = 0; it < 3000; it++) {
@@ -724,11 +756,13 @@ Test(window, rings_snapshots_under_random_calls)
         rs ^= rs << 17;
         uint32_t op = (uint32_t)(rs % 10), r = (uint32_t)(rs >> 20);
         now += 1 + r % 2000;
-        if (op < 2) {
+        if (op < 2 && next_id < RND_REQS) {
             uint32_t base = r % 3, len = 20 + r % 120, shared = 16 + 16 * (base + 1);
             for (uint32_t k = 0; k < len; k++)
                 toks[k] = k < shared ? (int32_t)(3 + base * 100 + k)
                                      : (int32_t)(3 + (r >> (k % 9)) % 400);
+            memcpy(rnd_tok[next_id], toks, len * sizeof(int32_t));
+            rnd_len[next_id] = len;
             sched_request q = {.id = next_id++,
                                .tenant = -1,
                                .class_idx = -1,
@@ -749,20 +783,25 @@ Test(window, rings_snapshots_under_random_calls)
             cr_assert_not_null(pl, "%s", sched_last_error());
             for (uint32_t k = 0; k < pl->n_ring_snapshots; k++) { /* before the batch */
                 const sched_ring_snapshot *t = &pl->ring_snapshots[k];
-                cr_assert_lt(t->slot, 4u);
-                if (t->before) slot_end[t->slot] = t->end;
+                cr_assert_lt(t->slot, 24u);
+                if (!t->restore) continue;
+                const sched_entry *e = NULL;
+                for (uint32_t i = 0; i < pl->n_entries; i++)
+                    if (pl->entries[i].req == t->req) e = &pl->entries[i];
+                cr_assert(e && e->ring == t->ring && t->end <= e->start_pos &&
+                              t->end + 2 * BS > e->start_pos,
+                          "request %llu restores a block ending at %u, starts at %u",
+                          (unsigned long long)t->req, t->end, e ? e->start_pos : 0);
+                cr_assert_eq(slot_end[t->slot], t->end, "request %llu restores slot %u: %u, %u",
+                             (unsigned long long)t->req, t->slot, slot_end[t->slot], t->end);
+                cr_assert_eq(slot_hash[t->slot], rnd_hash(t->req, t->end),
+                             "request %llu restores slot %u: another prefix's block",
+                             (unsigned long long)t->req, t->slot);
+                restores++;
             }
             uint32_t n = 0;
             for (uint32_t i = 0; i < pl->n_entries; i++) {
                 const sched_entry *e = &pl->entries[i];
-                if (e->ring_restore != SCHED_BLOCK_NONE) {
-                    cr_assert_lt(e->ring_restore, 4u);
-                    cr_assert_eq(slot_end[e->ring_restore], e->start_pos,
-                                 "request %llu restores slot %u ending at %u, starts at %u",
-                                 (unsigned long long)e->req, e->ring_restore,
-                                 slot_end[e->ring_restore], e->start_pos);
-                    restores++;
-                }
                 bool finish = (rs >> (i % 50)) % 23 == 0;
                 res[n++] =
                     (sched_result){.req = e->req,
@@ -773,16 +812,20 @@ Test(window, rings_snapshots_under_random_calls)
             }
             for (uint32_t k = 0; k < pl->n_ring_snapshots; k++) { /* after the batch */
                 const sched_ring_snapshot *t = &pl->ring_snapshots[k];
-                if (t->before) continue;
+                if (t->restore) continue;
                 const sched_entry *e = NULL;
                 for (uint32_t i = 0; i < pl->n_entries; i++)
                     if (pl->entries[i].req == t->req) e = &pl->entries[i];
                 cr_assert(e && e->ring == t->ring && t->end > e->start_pos &&
-                              t->end <= e->start_pos + e->n_tokens,
-                          "snapshot at %u of request %llu: not inside its entry's rows", t->end,
+                              t->end <= e->start_pos + e->n_tokens && t->end % BS == 0,
+                          "snapshot at %u of request %llu: not a block its entry completes", t->end,
                           (unsigned long long)t->req);
                 slot_end[t->slot] = t->end;
+                slot_hash[t->slot] = rnd_hash(t->req, t->end);
             }
+            for (uint32_t i = 0; i < n; i++) /* the sampled tokens join the books */
+                if (res[i].tokens && res[i].req < RND_REQS && rnd_len[res[i].req] < RND_TOKS)
+                    rnd_tok[res[i].req][rnd_len[res[i].req]++] = res[i].token;
             for (uint32_t i = 0; i < pl->n_transfers && nx < 128; i++)
                 xfer[nx++] = pl->transfers[i].id;
             now += 500;
