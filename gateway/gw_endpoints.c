@@ -35,18 +35,15 @@ static unsigned jinja_strip(const gw_server *s)
 }
 
 /* A prompt's ids as llama.cpp's server gives them (add_special: BOS and EOS where the file
- * asks for them), and BOS for an empty prompt, as ringlm-run (a request needs one token). */
-static unsigned prompt_flags(const char *text)
-{
-    return RINGLM_TOKENIZE_SPECIAL | (*text ? 0 : RINGLM_TOKENIZE_BOS);
-}
+ * asks for them); an empty prompt is then [BOS] where the file adds BOS, as there. */
+#define PROMPT_FLAGS RINGLM_TOKENIZE_SPECIAL
 
 static int encode_text(const ringlm_tokenizer *t, const char *text, int32_t **ids, uint32_t *n)
 {
     size_t cap = ringlm_tokenize_bound(text);
     *ids = malloc(cap * sizeof **ids);
     if (!*ids) return -ENOMEM;
-    int k = ringlm_tokenize(t, text, prompt_flags(text), *ids, cap);
+    int k = ringlm_tokenize(t, text, PROMPT_FLAGS, *ids, cap);
     if (k < 0) return k;
     *n = (uint32_t)k;
     return 0;
@@ -75,6 +72,12 @@ enum MHD_Result gw_start_generation(gw_server *s, gw_req *r, struct MHD_Connecti
         if (rc < 0) {
             gw_err_set(&e, 400, "bad_prompt", "prompt", "the prompt cannot be tokenized: %s",
                        ringlm_errdetail());
+            return gw_answer_err(r, c, &e);
+        }
+        if (!r->n_prompt) { /* llama.cpp's server answers nothing generated then */
+            gw_err_set(&e, 400, "bad_prompt", "prompt",
+                       "the prompt is empty and the model's tokenizer adds no BOS or EOS "
+                       "token to it: there is nothing to continue from");
             return gw_answer_err(r, c, &e);
         }
     } else {
@@ -241,8 +244,7 @@ enum MHD_Result gw_ep_tokenize(gw_server *s, gw_req *r, struct MHD_Connection *c
     if (!text) return MHD_NO;
     size_t cap = ringlm_tokenize_bound(text);
     int32_t *ids = malloc(cap * sizeof *ids);
-    int n =
-        ids ? ringlm_tokenize(s->cfg.tok, text, bos ? prompt_flags(text) : 0, ids, cap) : -ENOMEM;
+    int n = ids ? ringlm_tokenize(s->cfg.tok, text, bos ? PROMPT_FLAGS : 0, ids, cap) : -ENOMEM;
     free(text);
     if (n < 0) {
         free(ids);

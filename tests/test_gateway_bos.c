@@ -228,6 +228,58 @@ Test(gateway_bos, prompt_ids_add_bos_and_eos_as_the_file_says_like_llama_cpp)
     cr_log_info("%d vocabulary files: the gateway's prompt ids are llama.cpp's", NC);
 }
 
+/* An empty prompt, as llama.cpp's server takes it (tools/server: the prompt tokenized with
+ * add_special, and a prompt of no ids answered with nothing generated): where the file adds
+ * BOS or EOS, the ids are those and a completion is generated from them (and /tokenize gives
+ * them); where it adds neither there are no ids, and the gateway refuses the request with a
+ * 400 naming the prompt rather than invent a BOS. */
+Test(gateway_bos, an_empty_prompt_is_the_ids_the_file_adds_or_refused)
+{
+    gwh_need();
+    gwh_need_curl();
+    static const struct {
+        bool bos, eos;
+    } cases[] = {{true, false}, {false, false}, {true, true}, {false, true}};
+    gwh_start_daemon(NULL);
+    for (int c = 0; c < 4; c++) {
+        char name[32];
+        snprintf(name, sizeof name, "empty-%d.gguf", c);
+        char *file = gwh_stories_gguf_special(name, tpl, cases[c].bos, cases[c].eos);
+        const char *argv[] = {"--tokenizer", file, NULL};
+        gwh_start_gateway(argv);
+        gwh_wait_healthy(10000);
+        const long n = cases[c].bos + cases[c].eos;
+        char want[16];
+        snprintf(want, sizeof want, "%s",
+                 n == 2 ? "[1,2]"
+                 : n    ? (cases[c].bos ? "[1]" : "[2]")
+                        : "[]");
+        char *got = tokenize("{\"prompt\": \"\"}");
+        cr_assert_str_eq(got, want, "case %d: /tokenize of an empty prompt", c);
+        free(got);
+        const char *body = "{\"prompt\": \"\", \"max_tokens\": 2}";
+        if (n) {
+            cr_assert_eq(usage("/v1/completions", body, "prompt_tokens"), n,
+                         "case %d: the ids the file adds", c);
+        } else {
+            gwh_resp r = gwh_curl("/v1/completions", NULL, body);
+            cr_assert_eq(r.status, 400, "case %d: %d %s", c, r.status, r.body);
+            json_t *j = json_loads(r.body, 0, NULL), *err = json_object_get(j, "error");
+            const char *param = json_string_value(json_object_get(err, "param")),
+                       *msg = json_string_value(json_object_get(err, "message"));
+            cr_assert(param && !strcmp(param, "prompt") && msg && strstr(msg, "empty"),
+                      "case %d: the error names the empty prompt: %s", c, r.body);
+            json_decref(j);
+            gwh_resp_free(&r);
+        }
+        th_proc_stop(&gwh_gateway, SIGTERM, 10000);
+        char *log = th_path(gwh_dir(), "gateway.log");
+        cr_assert_eq(unlink(log), 0, "%s", log);
+        free(log);
+        free(file);
+    }
+}
+
 /* The render flags leave out the template's own leading BOS text and trailing EOS text, and
  * nothing else; they are the tokenizer's flags. */
 Test(gateway_bos, the_template_leaves_out_the_bos_and_eos_texts_asked)
