@@ -44,4 +44,14 @@ static inline void quantized_rows(int type, float *wf, void *w, int n, int k)
     }
 }
 
+/* Where a kernel wrote y's padding: the first index (row × ld_y + column, a column n or
+ * past) of m rows whose value is not y0's, or -1 (it writes its n columns only). */
+static inline long padding_written(const float *y, const float *y0, int m, int n, int ld_y)
+{
+    for (int r = 0; r < m; r++)
+        for (int c = n; c < ld_y; c++)
+            if (y[(size_t)r * ld_y + c] != y0[(size_t)r * ld_y + c]) return (long)r * ld_y + c;
+    return -1;
+}
+
 #endif

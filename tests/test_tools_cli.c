@@ -94,6 +94,19 @@ static void need_programs(void)
     free(b);
 }
 
+/* The tests of ringlm generate on stories260K alone: the programs built, ringlmd started on
+ * it (skipped without the file); returns the ringlm program's path and the model's in
+ * *model (both malloc()ed). */
+static char *generate_on_stories260k(char **model)
+{
+    need_programs();
+    *model = th_path(th_shared_dir(), "models/stories260K.bin");
+    if (!th_exists(*model)) cr_skip_test("stories260K not found under %s", th_shared_dir());
+    const char *args[] = {"--model", *model, NULL};
+    start_daemon(args);
+    return th_path(th_bin_dir(), "ringlm");
+}
+
 TestSuite(tools_cli, .fini = cleanup_daemon, .timeout = 240);
 
 /* ---- generate == reference greedy --------------------------------------------------- */
@@ -913,12 +926,7 @@ Test(tools_cli, a_session_leading_daemon_gives_its_autogroup_its_nice)
  * detail. */
 Test(tools_cli, generate_sampling_flags_reach_the_daemon)
 {
-    need_programs();
-    char *model = th_path(th_shared_dir(), "models/stories260K.bin");
-    if (!th_exists(model)) cr_skip_test("stories260K not found under %s", th_shared_dir());
-    const char *args[] = {"--model", model, NULL};
-    start_daemon(args);
-    char *ringlm = th_path(th_bin_dir(), "ringlm");
+    char *model, *ringlm = generate_on_stories260k(&model);
     char *out, *err;
     /* The greedy answer after 1 403 407 starts with 261 (reference-greedy.json). */
     char *forced[] = {ringlm,         "--socket",     g_d.sock,       "generate",
@@ -1047,12 +1055,7 @@ Test(tools_cli, generate_constraint_flags_shape_the_answer)
  * of a single request with --seed S + i. */
 Test(tools_cli, generate_n_prints_each_sample_as_its_single_request)
 {
-    need_programs();
-    char *model = th_path(th_shared_dir(), "models/stories260K.bin");
-    if (!th_exists(model)) cr_skip_test("stories260K not found under %s", th_shared_dir());
-    const char *args[] = {"--model", model, NULL};
-    start_daemon(args);
-    char *ringlm = th_path(th_bin_dir(), "ringlm");
+    char *model, *ringlm = generate_on_stories260k(&model);
     char *out, *err;
     char *group[] = {ringlm,          "--socket",  g_d.sock,       "generate",
                      "--prompt-ids",  "1,403,407", "--n",          "3",
@@ -1092,12 +1095,7 @@ Test(tools_cli, generate_n_prints_each_sample_as_its_single_request)
  * ids the daemon was sent. */
 Test(tools_cli, generate_adds_bos_and_eos_as_the_tokenizer_file_says)
 {
-    need_programs();
-    char *model = th_path(th_shared_dir(), "models/stories260K.bin");
-    if (!th_exists(model)) cr_skip_test("stories260K not found under %s", th_shared_dir());
-    const char *args[] = {"--model", model, NULL};
-    start_daemon(args);
-    char *ringlm = th_path(th_bin_dir(), "ringlm");
+    char *model, *ringlm = generate_on_stories260k(&model);
     const char *prompt = "Once upon a time";
     for (int c = 0; c < 4; c++) {
         const int add_bos = c & 1, add_eos = c >> 1;
