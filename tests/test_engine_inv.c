@@ -206,8 +206,8 @@ Test(engine_inv, decode_alone_is_bit_identical_inside_a_small_decode_batch)
  * on AVX-512 VNNI (kernels/cpu/quant.c: the weights dotted as they lie, or repacked tiles),
  * which end in the same integer sums and the same float steps, and the 8-bit activations are
  * quantized per row; so alone and in a batch of 8 are bit-identical too, on every path. F16
- * and BF16 weights are converted to float tiles and multiplied by gemm_small alone and in the
- * batch alike. */
+ * and BF16 weights take gemm_small's arithmetic alone and in the batch alike (converted to
+ * float tiles, or in registers). */
 Test(engine_inv, quantized_gguf_decode_alone_is_bit_identical_inside_a_batch_of_8,
      .init = mk_tmpdir, .fini = rm_tmpdir)
 {

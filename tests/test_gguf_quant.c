@@ -8,8 +8,11 @@
  * their stated bound); the integer paths (portable, AVX2, AVX-512 VNNI) agree; on random
  * blocks of every type, every kernel of the portable path agrees with the SIMD ones; the
  * decode kernels (1 to 4 rows) of every integer type stay within the stated bound of the
- * dequantized product and give a row alone what it gets in a batch.
+ * dequantized product and give a row alone what it gets in a batch; F16 and BF16 weights give
+ * the bits of their rows converted to floats and multiplied by gemm_small at every batch size it
+ * takes.
  */
+#include "kernels/cpu/gemm_small.h"
 #include "kernels/cpu/quant.h"
 
 #include <criterion/criterion.h>
@@ -663,5 +666,71 @@ Test(gguf_quant, decode_kernels_of_every_integer_type_within_the_bound_of_the_fl
     free(exact);
     free(bound);
     free(wf);
+    free(q);
+}
+
+/* F16 and BF16 weights, converted in registers or into float tiles as the instruction set
+ * allows, give to the bit what their rows converted to floats give through gemm_small (the
+ * float32 weights' kernel), at every row count gemm_small takes, on each instruction set: row
+ * lengths with a tail of every kind (1, 15 and 17 elements; 771 = 48 x 16 + 3), 9 weight rows
+ * (two tiles of 4 and one row alone), batches that cross gemm_small's passes (84 rows of 771),
+ * beta 0 and 1, subnormal halves; and each row of a batch gives what it gives alone. */
+Test(gguf_quant, half_weights_give_gemm_smalls_bits_alone_and_in_every_batch)
+{
+    static const int ks[] = {1, 15, 17, 288, 771};
+    static const int rows_cases[] = {1, 2, 3, 4, 5, 7, 8, 13, 32, 33, 85, 128};
+    const int n = 9, R = 128, kmax = 771;
+    float *x = malloc((size_t)R * kmax * sizeof *x), *dq = malloc((size_t)n * kmax * sizeof *dq);
+    float *want = malloc((size_t)R * n * sizeof *want), *got = malloc((size_t)R * n * sizeof *got);
+    float alone[9];
+    unsigned char *q = malloc(q_row_bytes(Q_F16, kmax) * n);
+    const int best = q_isa(), was = q_isa_cap(Q_ISA_PORTABLE);
+    int checked = 0;
+    cr_assert_geq(gemm_small_max_rows(GEMM_SMALL_AUTO), 12);
+    for (int t = 0; t < 2; t++) {
+        const int type = t ? Q_BF16 : Q_F16;
+        for (size_t kc = 0; kc < sizeof ks / sizeof ks[0]; kc++) {
+            const int k = ks[kc];
+            const size_t rb = q_row_bytes(type, k);
+            random_blocks(type, q, n, k);
+            for (int i = 0; i < n; i++) q_dequant_row(type, q + i * rb, dq + (size_t)i * k, k);
+            for (size_t i = 0; i < (size_t)R * k; i++) x[i] = frand() * (float)(1 << (i / 16 % 9));
+            for (size_t rc = 0; rc < sizeof rows_cases / sizeof rows_cases[0]; rc++) {
+                const int rows = rows_cases[rc];
+                if (rows > gemm_small_max_rows(GEMM_SMALL_AUTO)) continue;
+                for (int beta = 0; beta <= 1; beta++) {
+                    for (int i = 0; i < rows * n; i++) want[i] = got[i] = 0.5f * (float)(i % 3);
+                    gemm_small(GEMM_SMALL_AUTO, rows, n, k, x, k, dq, k, (float)beta, want, n);
+                    for (int isa = Q_ISA_PORTABLE; isa <= best; isa++) {
+                        q_isa_cap(isa);
+                        for (int i = 0; i < rows * n; i++) got[i] = 0.5f * (float)(i % 3);
+                        q_matmul(type, q, n, k, x, rows, (float)beta, got, n);
+                        for (int i = 0; i < rows * n; i++)
+                            cr_assert(memcmp(&got[i], &want[i], sizeof(float)) == 0,
+                                      "%s %s k=%d rows=%d beta=%d: y[%d][%d] = %.9g, gemm_small "
+                                      "%.9g",
+                                      names[t + 1], q_isa_name(isa), k, rows, beta, i / n, i % n,
+                                      (double)got[i], (double)want[i]);
+                        for (int r = 0; r < rows; r++) {
+                            for (int i = 0; i < n; i++) alone[i] = 0.5f * (float)((r * n + i) % 3);
+                            q_matmul(type, q, n, k, x + (size_t)r * k, 1, (float)beta, alone, n);
+                            cr_assert(memcmp(alone, got + (size_t)r * n, sizeof alone) == 0,
+                                      "%s %s k=%d rows=%d beta=%d: row %d alone differs from "
+                                      "the same row in the batch",
+                                      names[t + 1], q_isa_name(isa), k, rows, beta, r);
+                        }
+                        checked++;
+                    }
+                }
+            }
+        }
+    }
+    q_isa_cap(was);
+    cr_log_info("half weights: %d products equal to gemm_small's (best path %s)", checked,
+                q_isa_name(best));
+    free(x);
+    free(dq);
+    free(want);
+    free(got);
     free(q);
 }

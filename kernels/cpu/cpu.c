@@ -877,10 +877,13 @@ static void cpu_describe(void *priv, char *buf, size_t cap)
     else if (wt == ENG_W_F16 || wt == ENG_W_BF16) {
         const char *conv = !q_simd_active() ? "portable" : wt == ENG_W_F16 ? "F16C" : "AVX2";
         const bool fused = q_simd_active() && gemm_small_auto_path() == GEMM_SMALL_AVX2;
+        const bool fused512 =
+            q_isa() >= Q_ISA_AVX512 && gemm_small_auto_path() == GEMM_SMALL_AVX512;
         char few[96] = "";
-        if (fused)
+        if (fused512) conv = wt == ENG_W_F16 ? "AVX-512 F16C" : "AVX-512";
+        if (fused || fused512)
             snprintf(few, sizeof few, "converted in registers (%s) up to %d rows, ", conv,
-                     Q_FUSED_MAX_ROWS);
+                     fused512 ? small : Q_FUSED_MAX_ROWS);
         snprintf(buf, cap,
                  "%s projections: %sfloat tiles (%s) and gemm_small (%s) up to %d rows, %s%s; %s",
                  wt == ENG_W_F16 ? "F16" : "BF16", few, conv, gs, small, above,

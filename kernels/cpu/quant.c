@@ -492,6 +492,15 @@ void q_matmul(int type, const void *w, int n, int k, const float *x, int rows, f
         return;
     }
 #if QK_X86
+    /* F16 or BF16 where gemm_small runs its AVX-512 tiles, every batch gemm_small takes: the
+     * same tiles with the weights converted in registers (qk_rows_half_avx512), the same bits
+     * as the converted tiles below, each weight read from memory once. */
+    if ((type == Q_F16 || type == Q_BF16) && q_isa() >= Q_ISA_AVX512 &&
+        gemm_small_auto_path() == GEMM_SMALL_AVX512 &&
+        rows <= gemm_small_max_rows(GEMM_SMALL_AUTO)) {
+        qk_rows_half_avx512(type, w, n, k, x, rows, beta, y, ld_y);
+        return;
+    }
     /* Up to 4 rows of F16 or BF16 where gemm_small runs its AVX2 tiles: the same tiles with
      * the weights converted in registers (no tile stored and read back: 1.15-1.2x at one row),
      * the same bits as the tiles below. */

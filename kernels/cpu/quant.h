@@ -57,9 +57,9 @@
  * Prefill (many rows) otherwise: a tile of weight rows is dequantized to float32 and
  * multiplied with OpenBLAS SGEMM, so batching keeps its advantage. F16 and BF16 weights go
  * through such tiles at every row count (F16C or a shift converts them once per step; a batch
- * up to gemm_small_max_rows multiplies them with gemm_small), or, up to Q_FUSED_MAX_ROWS rows on
- * AVX2, through gemm_small's own tile arithmetic with the conversion in registers: the same
- * bits, so alone and in a batch are bit-identical.
+ * up to gemm_small_max_rows multiplies them with gemm_small), or through gemm_small's own tile
+ * arithmetic with the conversion in registers: up to Q_FUSED_MAX_ROWS rows on AVX2, up to
+ * gemm_small_max_rows on AVX-512. The same bits, so alone and in a batch are bit-identical.
  */
 #ifndef RINGLM_KERNELS_CPU_QUANT_H
 #define RINGLM_KERNELS_CPU_QUANT_H
@@ -107,8 +107,9 @@ float q_dot(int type, const void *row, const float *x, int64_t k);
  * not take the integer path (each weight row read once for all rows); above it, dequantized
  * tiles and SGEMM. F16 and BF16 weights do not take the fused dots: up to this many rows they
  * are converted in registers and multiplied with gemm_small's AVX2 tiles (where gemm_small runs
- * those), above it (and elsewhere) converted to float tiles for gemm_small or SGEMM; both give
- * the same bits, so a row gets the same sums alone as in a small batch. */
+ * those; with AVX-512 its AVX-512 tiles at every batch gemm_small takes), above it (and
+ * elsewhere) converted to float tiles for gemm_small or SGEMM; both give the same bits, so a
+ * row gets the same sums alone as in a small batch. */
 #define Q_FUSED_MAX_ROWS 4
 /* Q8_0, Q4_K, Q6_K: up to this many rows, 8-bit activations and integer dots (each weight
  * row read once per group of 8 rows, from cache after the first); above it, tiles and SGEMM.

@@ -207,6 +207,152 @@ SIMD void qk_rows_half_avx2(int type, const uint16_t *w, int n, int k, const flo
     }
 }
 
+/* ---- F16 and BF16 rows, AVX-512 ---------------------------------------------------------
+ * gemm_small's AVX-512 tiles (gemm_small.c, tile_avx512: 16 lanes, lane j summing k = j mod 16
+ * in one multiply-add chain, the last step zero-padded, fold16 then reduce4) with the weights
+ * converted in registers, for any number of activation rows: the same bits as converting the
+ * rows to floats and calling gemm_small(GEMM_SMALL_AVX512, ...), which this path replaces on
+ * AVX-512 machines. That path stored a tile of 8-64 converted weight rows and read it back:
+ * BF16 decode read its weights at 0.38 of the machine's bandwidth where llama.cpp read them at
+ * 0.89 (docs/results/2026-12-07-llama-compare-zen4-quiet.md). */
+
+#define HALF512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw")))
+
+/* 16 halves at h as floats, exact; lanes off in mask read as +0 (the tail of a row). */
+static inline __attribute__((always_inline)) HALF512 __m512 half16(int type, const uint16_t *h,
+                                                                   __mmask16 mask)
+{
+    const __m256i v = mask == (__mmask16)0xFFFF ? _mm256_loadu_si256((const __m256i *)h)
+                                                : _mm256_maskz_loadu_epi16(mask, h);
+    if (type == Q_F16) return _mm512_cvtph_ps(v);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+}
+
+static inline __attribute__((always_inline)) HALF512 __m256 fold16(__m512 a)
+{
+    return _mm256_add_ps(_mm512_castps512_ps256(a),
+                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+}
+
+/* nr (1 or 4) weight rows by mr (1..4) activation rows. With pf, the 4 rows at pf are
+ * prefetched, one cache line of each per 32 halves. */
+static inline __attribute__((always_inline)) HALF512 void
+half_tile512(int type, int nr, int mr, int K, const uint16_t *w, size_t ld_w, const float *x,
+             float beta, float *y, int ld_y, const uint16_t *pf)
+{
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int n = 0; n < nr; n++)
+#pragma GCC unroll 4
+        for (int m = 0; m < mr; m++) acc[n][m] = _mm512_setzero_ps();
+    const int K16 = K & ~15;
+    for (int k = 0; k < K16; k += 16) {
+        __m512 wv[4];
+        if (pf && !(k & 31)) {
+#pragma GCC unroll 4
+            for (int n = 0; n < 4; n++)
+                _mm_prefetch((const char *)(pf + (size_t)n * ld_w + k), _MM_HINT_T0);
+        }
+#pragma GCC unroll 4
+        for (int n = 0; n < nr; n++) wv[n] = half16(type, w + (size_t)n * ld_w + k, 0xFFFF);
+#pragma GCC unroll 4
+        for (int m = 0; m < mr; m++) {
+            const __m512 xv = _mm512_loadu_ps(x + (size_t)m * K + k);
+#pragma GCC unroll 4
+            for (int n = 0; n < nr; n++) acc[n][m] = _mm512_fmadd_ps(xv, wv[n], acc[n][m]);
+        }
+    }
+    if (K16 < K) {
+        const __mmask16 mask = (__mmask16)((1u << (K - K16)) - 1);
+        __m512 wv[4];
+#pragma GCC unroll 4
+        for (int n = 0; n < nr; n++) wv[n] = half16(type, w + (size_t)n * ld_w + K16, mask);
+#pragma GCC unroll 4
+        for (int m = 0; m < mr; m++) {
+            const __m512 xv = _mm512_maskz_loadu_ps(mask, x + (size_t)m * K + K16);
+#pragma GCC unroll 4
+            for (int n = 0; n < nr; n++) acc[n][m] = _mm512_fmadd_ps(xv, wv[n], acc[n][m]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int m = 0; m < mr; m++) {
+        float *out = y + (size_t)m * ld_y;
+        if (nr == 4) {
+            __m128 s =
+                reduce4(fold16(acc[0][m]), fold16(acc[1][m]), fold16(acc[2][m]), fold16(acc[3][m]));
+            if (beta != 0.0f) s = _mm_add_ps(_mm_loadu_ps(out), s);
+            _mm_storeu_ps(out, s);
+        } else {
+            const __m256 f = fold16(acc[0][m]);
+            float s = _mm_cvtss_f32(reduce4(f, f, f, f));
+            out[0] = beta == 0.0f ? s : out[0] + s;
+        }
+    }
+}
+
+/* The activation rows m0.. left after the groups of 4, for weight rows of width nr. */
+#define HALF512_TAIL(T_, nr_, pf_)                                                                 \
+    do {                                                                                           \
+        const float *xm = x + (size_t)m0 * k;                                                      \
+        float *ym = y + (size_t)m0 * ld_y + n0;                                                    \
+        switch (rows - m0) {                                                                       \
+        case 3: half_tile512(T_, nr_, 3, k, wn, (size_t)k, xm, beta, ym, ld_y, pf_); break;        \
+        case 2: half_tile512(T_, nr_, 2, k, wn, (size_t)k, xm, beta, ym, ld_y, pf_); break;        \
+        case 1: half_tile512(T_, nr_, 1, k, wn, (size_t)k, xm, beta, ym, ld_y, pf_); break;        \
+        default: break;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+/* Every weight tile meets the activation rows in groups of 4, the first group prefetching the
+ * tile HALF_PF_TILES ahead; the 4 weight rows stay in L1 while the groups pass. */
+static inline __attribute__((always_inline)) HALF512 void half_rows512(int type, const uint16_t *w,
+                                                                       int n, int k, const float *x,
+                                                                       int rows, float beta,
+                                                                       float *y, int ld_y)
+{
+    int n0 = 0;
+    for (; n0 + 4 <= n; n0 += 4) {
+        const uint16_t *wn = w + (size_t)n0 * k;
+        const uint16_t *pf =
+            n0 + (HALF_PF_TILES + 1) * 4 <= n ? wn + (size_t)HALF_PF_TILES * 4 * k : NULL;
+        int m0 = 0;
+        for (; m0 + 4 <= rows; m0 += 4, pf = NULL)
+            half_tile512(type, 4, 4, k, wn, (size_t)k, x + (size_t)m0 * k, beta,
+                         y + (size_t)m0 * ld_y + n0, ld_y, pf);
+        HALF512_TAIL(type, 4, pf);
+    }
+    for (; n0 < n; n0++) {
+        const uint16_t *wn = w + (size_t)n0 * k;
+        int m0 = 0;
+        for (; m0 + 4 <= rows; m0 += 4)
+            half_tile512(type, 1, 4, k, wn, (size_t)k, x + (size_t)m0 * k, beta,
+                         y + (size_t)m0 * ld_y + n0, ld_y, NULL);
+        HALF512_TAIL(type, 1, NULL);
+    }
+}
+
+/* Activation rows per pass over the weights: as gemm_small's (rows_per_pass), a pass's rows
+ * within 256 KiB so that every weight tile finds them in cache; a multiple of 4. */
+static int half_rows_per_pass(int k)
+{
+    int mc = (int)((256 * 1024) / ((size_t)k * sizeof(float)));
+    mc &= ~3;
+    return mc < 4 ? 4 : mc;
+}
+
+HALF512 void qk_rows_half_avx512(int type, const uint16_t *w, int n, int k, const float *x,
+                                 int rows, float beta, float *y, int ld_y)
+{
+    const int mc = half_rows_per_pass(k);
+    for (int m0 = 0; m0 < rows; m0 += mc) {
+        const int m = rows - m0 < mc ? rows - m0 : mc;
+        if (type == Q_F16)
+            half_rows512(Q_F16, w, n, k, x + (size_t)m0 * k, m, beta, y + (size_t)m0 * ld_y, ld_y);
+        else
+            half_rows512(Q_BF16, w, n, k, x + (size_t)m0 * k, m, beta, y + (size_t)m0 * ld_y, ld_y);
+    }
+}
+
 SIMD float qk_dot_float_avx2(int type, const void *row, const float *x, int64_t k)
 {
     __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();

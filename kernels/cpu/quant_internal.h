@@ -421,6 +421,12 @@ SIMD void qk_dequant_bf16_avx2(const uint16_t *h, float *out, int64_t k);
  * and calling gemm_small(GEMM_SMALL_AVX2, ...). */
 SIMD void qk_rows_half_avx2(int type, const uint16_t *w, int n, int k, const float *x, int rows,
                             float beta, float *y, int ld_y);
+/* The same for any number of activation rows with the arithmetic of gemm_small's AVX-512
+ * tiles: the same bits as converting the rows to floats and calling
+ * gemm_small(GEMM_SMALL_AVX512, ...). Needs AVX-512 F, VL and BW. */
+__attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw"))) void
+qk_rows_half_avx512(int type, const uint16_t *w, int n, int k, const float *x, int rows, float beta,
+                    float *y, int ld_y);
 SIMD void qk_xq8_row_avx2(const float *x, int8_t *q, float *d, float *s, int64_t k);
 SIMD void qk_q8k_row_avx2(const float *x, int8_t *q, float *d, int16_t *bs, int64_t k);
 SIMD void qk_rows_q8k_avx2(int type, const void *w, int n, int64_t k, const xq8 *x, int rows,
