@@ -305,26 +305,25 @@ static bool matmul_vnni(int type, const void *w, int n, int k, const struct q_xq
                      .sc = (int32_t *)(buf + o_ws)};
     if (rows == 1) { /* one row: the weights dotted as they lie (vt1_*) */
         const int16_t *x32 = a->x32;
-        int32_t *P = (int32_t *)wt.q; /* nb x 16 sums, where a batch packs its tile */
+        int32_t *S = (int32_t *)wt.q; /* 16 x vt1_stride(nb) sums, where a batch packs its tile */
         for (int i0 = 0; i0 < n; i0 += VT_COLS) {
             const int m = n - i0 < VT_COLS ? n - i0 : VT_COLS;
-            /* in place: vt1_sums_* prefetch the next tile while dotting this one
-             * (copying it first, as a batch does, cost 2.3x at Q8_0: the copy's reads
-             * then wait for memory with nothing to overlap them) */
+            /* in place, one row after the other (copying the tile first, as a batch does,
+             * cost 2.3x at Q8_0: the copy's reads then wait for memory with nothing to
+             * overlap them); the scales after the sums, from the cache */
             const char *wi = (const char *)w + (size_t)i0 * rb;
-            const __mmask16 mask = (__mmask16)((1u << m) - 1);
             if (type == Q_Q8_0) {
+                qk_vt1_sums_q8_0(wi, rb, m, (int64_t)nb, &xt, x32, S);
                 qk_vt_scales_q8_0(wi, rb, m, (int64_t)nb, &wt);
-                qk_vt1_sums_q8_0(wi, rb, m, (int64_t)nb, &xt, x32, P);
-                qk_vt1_finish_q8_0(&wt, (int64_t)nb, P, &xt, beta, y + i0, mask);
+                qk_vt1_finish_q8_0(&wt, (int64_t)nb, S, m, &xt, beta, y + i0);
             } else if (type == Q_Q4_K) {
+                qk_vt1_sums_q4_k(wi, rb, m, (int64_t)nb, &xt, x32, S);
                 qk_vt_scales_q4_k(wi, rb, m, (int64_t)nb, &wt);
-                qk_vt1_sums_q4_k(wi, rb, m, (int64_t)nb, &xt, x32, P);
-                qk_vt1_finish_q4_k(&wt, (int64_t)nb, P, &xt, beta, y + i0, mask);
+                qk_vt1_finish_q4_k(&wt, (int64_t)nb, S, m, &xt, beta, y + i0);
             } else {
+                qk_vt1_sums_q6_k(wi, rb, m, (int64_t)nb, &xt, x32, S);
                 qk_vt_scales_q6_k(wi, rb, m, (int64_t)nb, &wt, false);
-                qk_vt1_sums_q6_k(wi, rb, m, (int64_t)nb, &xt, x32, P);
-                qk_vt1_finish_q6_k(&wt, (int64_t)nb, P, &xt, beta, y + i0, mask);
+                qk_vt1_finish_q6_k(&wt, (int64_t)nb, S, m, &xt, beta, y + i0);
             }
         }
         return true;

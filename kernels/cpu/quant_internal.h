@@ -378,35 +378,27 @@ VNNI512 static inline __m512i vt_row_offsets(size_t rb)
         _mm512_set1_epi32((int)rb));
 }
 
-/* v[i]: for weight row i, lanes 0-7 partial sums of block A, lanes 8-15 of block B. Out: the
- * 16 rows' whole sums of A and of B, lane i = row i. */
-VNNI512 static inline __attribute__((always_inline)) void vt1_reduce(const __m512i v[16],
-                                                                     __m512i *a, __m512i *b)
+/* v[j]: 8 partial sums of block j. Out: lane j = the whole sum of block j. */
+VNNI512 static inline __attribute__((always_inline)) __m256i vt1_reduce(const __m256i v[8])
 {
-    __m512i t[8], u[4];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) /* per 128 bits: rows 2i, 2i+1, 2i, 2i+1 */
-        t[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]),
-                                _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+    __m256i t[4];
 #pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) /* per 128 bits: rows 4i..4i+3; A, A, B, B */
-        u[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * i], t[2 * i + 1]),
-                                _mm512_unpackhi_epi64(t[2 * i], t[2 * i + 1]));
-    /* per 128 bits: A rows 0-3, B 0-3, A 4-7, B 4-7 (and 8-15 in w1) */
-    const __m512i w0 = _mm512_add_epi32(_mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                        _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
-    const __m512i w1 = _mm512_add_epi32(_mm512_shuffle_i32x4(u[2], u[3], _MM_SHUFFLE(2, 0, 2, 0)),
-                                        _mm512_shuffle_i32x4(u[2], u[3], _MM_SHUFFLE(3, 1, 3, 1)));
-    *a = _mm512_shuffle_i32x4(w0, w1, _MM_SHUFFLE(2, 0, 2, 0));
-    *b = _mm512_shuffle_i32x4(w0, w1, _MM_SHUFFLE(3, 1, 3, 1));
+    for (int i = 0; i < 4; i++) /* per 128 bits: blocks 2i, 2i+1, 2i, 2i+1 */
+        t[i] = _mm256_add_epi32(_mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]),
+                                _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+    /* per 128 bits: blocks 0-3 (4-7 in u1) */
+    const __m256i u0 =
+        _mm256_add_epi32(_mm256_unpacklo_epi64(t[0], t[1]), _mm256_unpackhi_epi64(t[0], t[1]));
+    const __m256i u1 =
+        _mm256_add_epi32(_mm256_unpacklo_epi64(t[2], t[3]), _mm256_unpackhi_epi64(t[2], t[3]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
+                            _mm256_permute2x128_si256(u0, u1, 0x31));
 }
 
-/* The 16 rows of a tile (rows m.. repeat row m-1: computed, never stored); returns how far
- * the next tile lies, which the kernels fetch while they dot this one. */
-static inline size_t vt1_rows(const char *w, size_t rb, int m, const char *row[16])
+/* The int32 stride of a weight row's block sums in vt1_sums_*'s S: nb rounded up to 8. */
+static inline int64_t vt1_stride(int64_t nb)
 {
-    for (int i = 0; i < 16; i++) row[i] = w + (size_t)(i < m ? i : m - 1) * rb;
-    return VT_COLS * rb;
+    return (nb + 7) & ~(int64_t)7;
 }
 
 SIMD float qk_dot_float_avx2(int type, const void *row, const float *x, int64_t k);
@@ -456,21 +448,23 @@ VNNI512 void qk_vt_pack_q6_k(const char *w, size_t rb, int m, int64_t nb, const 
 bool qk_vt_unpacked(int type);
 VNNI512 void qk_vt_pack_unpacked(int type, const char *w, size_t rb, int m, int64_t nb,
                                  const vt_w *t, int8_t *tmp);
-/* One activation row: P[b][i], the exact integer sums of block b of weight row i with it. */
+/* One activation row against the m (<= 16) weight rows at w, read one row after the other:
+ * S[i * vt1_stride(nb) + b], the exact integer sums of block b of row i with it (the lanes
+ * past nb 0). */
 VNNI512 void qk_vt1_sums_q8_0(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
-                              const int16_t *x32, int32_t *P);
+                              const int16_t *x32, int32_t *S);
 VNNI512 void qk_vt1_sums_q4_k(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
-                              const int16_t *x32, int32_t *P);
+                              const int16_t *x32, int32_t *S);
 VNNI512 void qk_vt1_sums_q6_k(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
-                              const int16_t *x32, int32_t *P);
-/* The float steps over P into y's 16 columns (mask), and the R rows from r0 of a batch times
- * a packed tile (quant_vnni.c). */
-VNNI512 void qk_vt1_finish_q8_0(const vt_w *w, int64_t nb, const int32_t *P, const vt_x *x,
-                                float beta, float *y, __mmask16 mask);
-VNNI512 void qk_vt1_finish_q4_k(const vt_w *w, int64_t nb, const int32_t *P, const vt_x *x,
-                                float beta, float *y, __mmask16 mask);
-VNNI512 void qk_vt1_finish_q6_k(const vt_w *w, int64_t nb, const int32_t *P, const vt_x *x,
-                                float beta, float *y, __mmask16 mask);
+                              const int16_t *x32, int32_t *S);
+/* The float steps over S and the tile's scales (vt_scales_*) into y's m columns, and the R
+ * rows from r0 of a batch times a packed tile (quant_vnni.c). */
+VNNI512 void qk_vt1_finish_q8_0(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
+                                float beta, float *y);
+VNNI512 void qk_vt1_finish_q4_k(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
+                                float beta, float *y);
+VNNI512 void qk_vt1_finish_q6_k(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
+                                float beta, float *y);
 VNNI512 void qk_vt_rows_q8_0(const vt_w *w, int64_t nb, const vt_x *x, int r0, int R, float beta,
                              float *y, int ld_y, __mmask16 mask);
 VNNI512 void qk_vt_rows_q4_k(const vt_w *w, int64_t nb, const vt_x *x, int r0, int R, float beta,

@@ -459,83 +459,83 @@ VNNI512 void qk_vt_pack_q6_k(const char *w, size_t rb, int m, int64_t nb, const 
     }
 }
 
-/* Q4_K: each 32 bytes of q as [low nibbles | high nibbles], the two blocks they hold. */
+/* One weight row after the other, as for Q8_0 (quant_q8_0.c): the 8 blocks of each 256
+ * elements summed together. Q4_K: each 32 bytes of q are [low nibbles | high nibbles], the two
+ * blocks they hold. */
 VNNI512 void qk_vt1_sums_q4_k(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
-                              const int16_t *x32, int32_t *P)
+                              const int16_t *x32, int32_t *S)
 {
     (void)x32;
-    const char *row[16];
-    const size_t pf = vt1_rows(w, rb, m, row);
-    const __m512i m4 = _mm512_set1_epi8(0x0F), sh = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
-    for (int64_t sb = 0; sb < nb / 8; sb++)
-        for (int jj = 0; jj < 4; jj++) {
-            const __m512i xv = _mm512_loadu_si512(x->q + sb * QK_K + 64 * jj);
-            __m512i v[16];
-#pragma GCC unroll 16
-            for (int i = 0; i < 16; i++) {
-                const char *base = row[i] + sb * (int64_t)sizeof(blk_q4_k);
-                _mm_prefetch(base + pf + 48 * jj, _MM_HINT_T0);
-                const __m512i q = _mm512_broadcast_i64x4(
-                    _mm256_loadu_si256((const __m256i *)(base + 16 + 32 * jj)));
-                v[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
-                                           _mm512_and_si512(_mm512_srlv_epi64(q, sh), m4), xv);
+    const int64_t ld = vt1_stride(nb);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int i = 0; i < m; i++) {
+        const char *r = w + (size_t)i * rb;
+        for (int64_t sb = 0; sb < nb / 8; sb++) {
+            const char *base = r + sb * (int64_t)sizeof(blk_q4_k);
+            const int8_t *xq = x->q + sb * QK_K;
+            __m256i v[8];
+#pragma GCC unroll 4
+            for (int jj = 0; jj < 4; jj++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(base + 16 + 32 * jj));
+                v[2 * jj] =
+                    _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_and_si256(q, m4),
+                                        _mm256_loadu_si256((const __m256i *)(xq + 64 * jj)));
+                v[2 * jj + 1] = _mm256_dpbusd_epi32(
+                    _mm256_setzero_si256(), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                    _mm256_loadu_si256((const __m256i *)(xq + 64 * jj + 32)));
             }
-            __m512i A, B;
-            vt1_reduce(v, &A, &B);
-            _mm512_storeu_si512(P + (sb * 8 + 2 * jj) * 16, A);
-            _mm512_storeu_si512(P + (sb * 8 + 2 * jj + 1) * 16, B);
+            _mm256_storeu_si256((__m256i *)(S + i * ld + sb * 8), vt1_reduce(v));
         }
+    }
 }
 
-/* Q6_K: per half of a block, [chunk 0 | chunk 1] and [chunk 2 | chunk 3] (Q6K_ROWS_KERNEL) as
- * 6-bit values; maddubs pairs minus 32 x the pair sums of x (x32) are the pairs of (q - 32) x,
- * and one madd with the 16-element scales gives vt_kernel's scaled block sums. */
+/* Q6_K: per half of 128 elements, its four blocks as 6-bit values (Q6K_ROWS_KERNEL's
+ * chunks); maddubs pairs minus 32 x the pair sums of x (x32) are the pairs of (q - 32) x, and
+ * one madd with the block's two 16-element scales gives vt_kernel's scaled block sums. */
 VNNI512 void qk_vt1_sums_q6_k(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
-                              const int16_t *x32, int32_t *P)
+                              const int16_t *x32, int32_t *S)
 {
-    const char *row[16];
-    const size_t pf = vt1_rows(w, rb, m, row);
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-    /* chunks 0|1: (qh << 4) & 0x30, (qh << 2) & 0x30; chunks 2|3: qh & 0x30, (qh >> 2) & 0x30 */
-    const __m512i sh01 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
-    const __m512i sh23 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-    const __m512i lane8 = _mm512_srli_epi16(
-        _mm512_setr_epi32(0x00010000, 0x00030002, 0x00050004, 0x00070006, 0x00090008, 0x000b000a,
-                          0x000d000c, 0x000f000e, 0x00110010, 0x00130012, 0x00150014, 0x00170016,
-                          0x00190018, 0x001b001a, 0x001d001c, 0x001f001e),
-        3); /* l / 8 */
-    for (int64_t sb = 0; sb < nb / 8; sb++)
-        for (int h = 0; h < 2; h++)
-            for (int part = 0; part < 2; part++) {
-                const int64_t e = sb * QK_K + 128 * h + 64 * part; /* the 64 elements */
-                const __m512i xv = _mm512_loadu_si512(x->q + e);
-                const __m512i z = _mm512_loadu_si512(x32 + e / 2);
-                const __m512i idx =
-                    _mm512_add_epi16(lane8, _mm512_set1_epi16((short)(8 * h + 4 * part)));
-                __m512i v[16];
-#pragma GCC unroll 16
-                for (int i = 0; i < 16; i++) {
-                    const char *base = row[i] + sb * (int64_t)sizeof(blk_q6_k);
-                    _mm_prefetch(base + pf + 64 * (2 * h + part), _MM_HINT_T0);
-                    const __m512i ql = _mm512_loadu_si512(base + 64 * h);
-                    const __m512i qh = _mm512_broadcast_i64x4(
-                        _mm256_loadu_si256((const __m256i *)(base + 128 + 32 * h)));
-                    const __m512i sc = _mm512_permutexvar_epi16(
-                        idx, _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(
-                                 _mm_loadu_si128((const __m128i *)(base + 192)))));
-                    const __m512i hb = part ? _mm512_and_si512(_mm512_srlv_epi16(qh, sh23), m30)
-                                            : _mm512_and_si512(_mm512_sllv_epi16(qh, sh01), m30);
-                    const __m512i lo = part ? _mm512_srli_epi16(ql, 4) : ql;
-                    const __m512i q =
-                        _mm512_ternarylogic_epi32(lo, m4, hb, 0xEA); /* lo & m4 | hb */
-                    v[i] = _mm512_madd_epi16(_mm512_sub_epi16(_mm512_maddubs_epi16(q, xv), z), sc);
+    const int64_t ld = vt1_stride(nb);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    __m256i pick[8]; /* block c's scales: words 2c (lanes 0-7) and 2c + 1 (lanes 8-15) */
+    for (int c = 0; c < 8; c++)
+        pick[c] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)(2 * c))),
+                                          _mm_set1_epi16((short)(2 * c + 1)), 1);
+    for (int i = 0; i < m; i++) {
+        const char *r = w + (size_t)i * rb;
+        for (int64_t sb = 0; sb < nb / 8; sb++) {
+            const char *base = r + sb * (int64_t)sizeof(blk_q6_k);
+            const __m256i sc16 =
+                _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(base + 192)));
+            __m256i v[8];
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(base + 64 * h));
+                const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(base + 64 * h + 32));
+                const __m256i qh = _mm256_loadu_si256((const __m256i *)(base + 128 + 32 * h));
+                const __m256i q[4] = {
+                    _mm256_or_si256(_mm256_and_si256(ql0, m4),
+                                    _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)),
+                    _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                                    _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                                    _mm256_and_si256(qh, m30)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                    _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)),
+                };
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) {
+                    const int64_t e = sb * QK_K + 128 * h + 32 * c; /* the block's elements */
+                    const __m256i xv = _mm256_loadu_si256((const __m256i *)(x->q + e));
+                    const __m256i z = _mm256_loadu_si256((const __m256i *)(x32 + e / 2));
+                    v[4 * h + c] =
+                        _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(q[c], xv), z),
+                                          _mm256_permutexvar_epi16(pick[4 * h + c], sc16));
                 }
-                __m512i A, B;
-                vt1_reduce(v, &A, &B);
-                const int64_t b = sb * 8 + 4 * h + 2 * part;
-                _mm512_storeu_si512(P + b * 16, A);
-                _mm512_storeu_si512(P + (b + 1) * 16, B);
             }
+            _mm256_storeu_si256((__m256i *)(S + i * ld + sb * 8), vt1_reduce(v));
+        }
+    }
 }
 
 #endif /* QK_X86 */

@@ -2,8 +2,8 @@
 /*
  * kernels/cpu/quant_vnni.c — the AVX-512 VNNI tile kernels of the integer path, shared by
  * Q8_0, Q4_K and Q6_K (each family's file packs its weights into the tiles, vt_pack_*, or
- * sums one activation row against them as they lie, vt1_sums_*). x86 only; compiled
- * empty elsewhere, where q_isa never reaches Q_ISA_AVX512.
+ * sums one activation row against them as they lie, vt1_sums_*), and the float steps of that
+ * one row. x86 only; compiled empty elsewhere, where q_isa never reaches Q_ISA_AVX512.
  */
 #include "kernels/cpu/quant_internal.h"
 
@@ -25,7 +25,7 @@
 /* The float step of one block b of 32 for one activation row, with p the exact integer sums
  * of the block against the tile's 16 weight rows (Q6_K: already times the 16-element
  * scales): acc += p * (scale * dx), and for Q4_K acc -= dmin m_j * sx. vt_kernel and
- * vt1_kernel (one row) both add through this, so a row alone and the same row in a batch
+ * vt1_finish (one row) both add through this, so a row alone and the same row in a batch
  * get the same outputs to the bit. */
 VNNI512 static inline __attribute__((always_inline)) __m512
 vt_acc(const int TYPE, __m512 acc, __m512i p, const vt_w *w, int64_t b, float dx, float sx)
@@ -119,32 +119,41 @@ VT_DISPATCH(qk_vt_rows_q8_0, Q_Q8_0)
 VT_DISPATCH(qk_vt_rows_q4_k, Q_Q4_K)
 VT_DISPATCH(qk_vt_rows_q6_k, Q_Q6_K)
 
-/* The float steps over P (vt_kernel's, R = 1), into y's 16 columns (mask). */
+/* vt_kernel's float steps (R = 1) over S, the sums of the m weight rows one row after the
+ * other (vt1_sums_*), into y's m columns: 8 blocks of the 16 rows at a time turned into 8
+ * vectors of one block each (the rows past m 0, never stored). */
 VNNI512 static inline __attribute__((always_inline)) void vt1_finish(const int TYPE, const vt_w *w,
-                                                                     int64_t nb, const int32_t *P,
-                                                                     const vt_x *x, float beta,
-                                                                     float *y, __mmask16 mask)
+                                                                     int64_t nb, const int32_t *S,
+                                                                     int m, const vt_x *x,
+                                                                     float beta, float *y)
 {
+    const int64_t ld = vt1_stride(nb);
     __m512 acc = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++)
-        acc = vt_acc(TYPE, acc, _mm512_loadu_si512(P + b * 16), w, b, x->d[b], x->s[b]);
-    vt_store(y, acc, beta, mask);
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+        __m512i p[8];
+        vt_transpose((const char *)(S + b0), (size_t)ld * 4, m, p);
+        const int64_t nbl = nb - b0 < 8 ? nb - b0 : 8;
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            if (j < nbl) acc = vt_acc(TYPE, acc, p[j], w, b0 + j, x->d[b0 + j], x->s[b0 + j]);
+    }
+    vt_store(y, acc, beta, (__mmask16)((1u << m) - 1));
 }
 
-VNNI512 void qk_vt1_finish_q8_0(const vt_w *w, int64_t nb, const int32_t *P, const vt_x *x,
-                                float beta, float *y, __mmask16 mask)
+VNNI512 void qk_vt1_finish_q8_0(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
+                                float beta, float *y)
 {
-    vt1_finish(Q_Q8_0, w, nb, P, x, beta, y, mask);
+    vt1_finish(Q_Q8_0, w, nb, S, m, x, beta, y);
 }
-VNNI512 void qk_vt1_finish_q4_k(const vt_w *w, int64_t nb, const int32_t *P, const vt_x *x,
-                                float beta, float *y, __mmask16 mask)
+VNNI512 void qk_vt1_finish_q4_k(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
+                                float beta, float *y)
 {
-    vt1_finish(Q_Q4_K, w, nb, P, x, beta, y, mask);
+    vt1_finish(Q_Q4_K, w, nb, S, m, x, beta, y);
 }
-VNNI512 void qk_vt1_finish_q6_k(const vt_w *w, int64_t nb, const int32_t *P, const vt_x *x,
-                                float beta, float *y, __mmask16 mask)
+VNNI512 void qk_vt1_finish_q6_k(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
+                                float beta, float *y)
 {
-    vt1_finish(Q_Q6_K, w, nb, P, x, beta, y, mask);
+    vt1_finish(Q_Q6_K, w, nb, S, m, x, beta, y);
 }
 
 #endif /* QK_X86 */
