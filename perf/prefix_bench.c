@@ -61,7 +61,10 @@
  *                     [--tier-system-prompts N] [--calibration FILE] [--keep]
  *                     [--nosharing-requests N] [--nosharing-pairs N] [--nosharing-only]
  *                     [--nosharing-kv-blocks N] [--nosharing-side-by-side N]
- *                     [--context N] [--no-replay]
+ *                     [--context N] [--no-replay] [--ringlmd-arg ARG]...
+ *
+ * --ringlmd-arg ARG (repeatable, at most 6) is passed to every phase's ringlmd after the
+ * bench's own options (as --ringlmd-arg --kv-ring-snapshot-bytes --ringlmd-arg 45M).
  *
  * --context N ends a conversation before its prompt and answer pass N tokens (default and
  * most 480, for stories260K's 512; a model of a shorter context, as a gemma3-shaped
@@ -110,6 +113,10 @@ typedef struct setup {
 
 /* A phase's daemon, per thread: the side-by-side pairs run two phases at once. */
 static __thread pid_t daemon_pid = -1;
+/* --ringlmd-arg: passed to every phase's ringlmd */
+#define MAX_RINGLMD_ARGS 6
+static const char *ringlmd_args[MAX_RINGLMD_ARGS];
+static int n_ringlmd_args;
 static __thread int metrics_port;
 static __thread char declog[256], reqlog[256], sock[256];
 static pthread_mutex_t children_mu =
@@ -167,6 +174,7 @@ static void start_daemon(const char *bin, const char *model, const setup *st)
             argv[n++] = dbw;
         }
     }
+    for (int i = 0; i < n_ringlmd_args; i++) argv[n++] = (char *)ringlmd_args[i];
     argv[n] = NULL;
     pthread_mutex_lock(&children_mu);
     daemon_pid = bench_spawn(argv, log);
@@ -652,6 +660,7 @@ int main(int argc, char **argv)
                                        {"nosharing-side-by-side", 1, 0, 'S'},
                                        {"context", 1, 0, 'X'},
                                        {"no-replay", 0, 0, 'R'},
+                                       {"ringlmd-arg", 1, 0, 'A'},
                                        {0, 0, 0, 0}};
     bool no_replay = false;
     int o;
@@ -697,6 +706,11 @@ int main(int argc, char **argv)
         case 'S': ns_side = atoi(optarg); break;
         case 'X': max_ctx = (uint32_t)atoi(optarg); break;
         case 'R': no_replay = true; break;
+        case 'A':
+            if (n_ringlmd_args == MAX_RINGLMD_ARGS)
+                bench_die("--ringlmd-arg: at most %d", MAX_RINGLMD_ARGS);
+            ringlmd_args[n_ringlmd_args++] = optarg;
+            break;
         case 'C': snprintf(calibration, sizeof calibration, "%s", optarg); break;
         default:
             fprintf(
@@ -707,7 +721,8 @@ int main(int argc, char **argv)
                 "[--tier-kv-blocks N] "
                 "[--tier-system-prompts N] [--calibration FILE] [--keep] [--nosharing-requests N] "
                 "[--nosharing-pairs N] [--nosharing-only] [--nosharing-kv-blocks N] "
-                "[--nosharing-side-by-side N] [--context N] [--no-replay]\n");
+                "[--nosharing-side-by-side N] [--context N] [--no-replay] "
+                "[--ringlmd-arg ARG]...\n");
             return 2;
         }
     }
