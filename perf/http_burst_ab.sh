@@ -18,9 +18,9 @@
 #        [--rounds 2] [--prompt-len 32] [--tokens 128] [--threads 2] [--no-llama]
 #        [--keep DIR]
 #
-# llama-server: LLAMA_CPP_DIR (default /work/llama-build/build/bin), run as llama_compare.sh
-# runs it (-np the largest stream count, a context that holds every stream, --no-repack for
-# quantized files); without it (or with --no-llama) only ringlm runs. Needs jq and curl
+# llama-server: LLAMA_CPP_DIR (default /work/llama-build/build/bin), started as llama_compare.sh
+# starts it (perf/http_servers.sh: -np the largest stream count, a context that holds every
+# stream, --no-repack for quantized files); without it (or with --no-llama) only ringlm runs. Needs jq and curl
 # (exit 77 without them).
 set -eu
 cd "$(dirname "$0")/.."
@@ -56,16 +56,7 @@ mkdir -p "$tmp"
 max=$(echo "$STREAMS" | tr ',' '\n' | sort -n | tail -1)
 load() { cut -d' ' -f1 /proc/loadavg; }
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_health() { # port pid
-  for _ in $(seq 600); do
-    curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
-    kill -0 "$2" 2>/dev/null || return 1
-    sleep 0.1
-  done
-  return 1
-}
-stop_pids() { for p in "$@"; do kill "$p" 2>/dev/null || true; done; for p in "$@"; do wait "$p" 2>/dev/null || true; done; }
+. perf/http_servers.sh
 bench() { # port label out: a warm-up stream (the weights paged in, not counted), the bursts
   "$B/perf/http_stream_bench" --port "$1" --streams 1 --prompt-len "$PROMPT" --max-tokens 4 \
     --runs 1 >/dev/null || return 1
@@ -74,46 +65,22 @@ bench() { # port label out: a warm-up stream (the weights paged in, not counted)
 }
 
 run_ringlm() { # name policy-file round
-  local name=$1 pf=$2 r=$3 sock=$tmp/d.sock dpid gpid port= pol=()
+  local name=$1 pf=$2 r=$3 pol=()
   [ -z "$pf" ] || pol=(--policy "$pf")
-  rm -f "$sock"
-  "$B/bin/ringlmd" --socket "$sock" --numa-node off --model "$MODEL" --threads "$THREADS" \
-    --kv-blocks $(( (max * (PROMPT + GEN + 16) + 15) / 16 + 64 )) --quiet "${pol[@]}" \
-    --iteration-log "$tmp/it.$name.$r.jsonl" >"$tmp/ringlmd.log" 2>&1 &
-  dpid=$!
-  for _ in $(seq 600); do [ -S "$sock" ] && break; sleep 0.1; done
-  "$B/bin/ringlm-gateway" --listen 127.0.0.1:0 --socket "$sock" --tokenizer "$MODEL" --quiet \
-    >"$tmp/gateway.log" 2>&1 &
-  gpid=$!
-  for _ in $(seq 600); do
-    port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$tmp/gateway.log" | head -1)
-    [ -n "$port" ] && break
-    sleep 0.1
-  done
-  if [ -z "$port" ] || ! wait_health "$port" "$gpid"; then
-    tail -5 "$tmp/ringlmd.log" "$tmp/gateway.log" >&2
-    stop_pids "$gpid" "$dpid"
-    echo "http_burst_ab.sh: ringlm ($name) did not come up" >&2; exit 1
-  fi
+  http_start_ringlm "$MODEL" "$tmp" $(( (max * (PROMPT + GEN + 16) + 15) / 16 + 64 )) "${pol[@]}" \
+    --iteration-log "$tmp/it.$name.$r.jsonl" ||
+    { echo "http_burst_ab.sh: ringlm ($name) did not come up" >&2; exit 1; }
   echo "round $r ringlm $name: load $(load)" >>"$tmp/loads"
-  bench "$port" "$name" "$tmp/results.jsonl" || { stop_pids "$gpid" "$dpid"; exit 1; }
-  stop_pids "$gpid" "$dpid"
+  bench "$HTTP_PORT" "$name" "$tmp/results.jsonl" || { stop_pids $HTTP_PIDS; exit 1; }
+  stop_pids $HTTP_PIDS
 }
 
 run_llama() { # round
-  local r=$1 port spid extra=()
-  case "$MODEL" in *-Q*) extra=(--no-repack) ;; esac
-  port=$(free_port)
-  nice -n -10 "$LLAMA_SERVER" -m "$MODEL" -t "$THREADS" -np "$max" -c $((max * (PROMPT + GEN + 8))) \
-    --host 127.0.0.1 --port "$port" "${extra[@]}" >"$tmp/llama-server.log" 2>&1 &
-  spid=$!
-  if ! wait_health "$port" "$spid"; then
-    tail -5 "$tmp/llama-server.log" >&2; stop_pids "$spid"
-    echo "http_burst_ab.sh: llama-server did not come up" >&2; exit 1
-  fi
-  echo "round $r llama-server: load $(load)" >>"$tmp/loads"
-  bench "$port" llama-server "$tmp/results.jsonl" || { stop_pids "$spid"; exit 1; }
-  stop_pids "$spid"
+  http_start_llama "$MODEL" "$tmp" "$max" $((max * (PROMPT + GEN + 8))) ||
+    { echo "http_burst_ab.sh: llama-server did not come up" >&2; exit 1; }
+  echo "round $1 llama-server: load $(load)" >>"$tmp/loads"
+  bench "$HTTP_PORT" llama-server "$tmp/results.jsonl" || { stop_pids $HTTP_PIDS; exit 1; }
+  stop_pids $HTTP_PIDS
 }
 
 : >"$tmp/results.jsonl"

@@ -131,64 +131,28 @@ for preset in ${MODELS//,/ }; do
   done
 done
 
-# HTTP: ringlmd + ringlm-gateway, or llama-server, on file $1, measured by http_stream_bench
-# (one burst per stream count) into $2
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_health() { # port pid
-  for _ in $(seq 600); do
-    curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
-    kill -0 "$2" 2>/dev/null || return 1
-    sleep 0.1
-  done
-  return 1
-}
-stop_pids() { for p in "$@"; do kill "$p" 2>/dev/null || true; done; for p in "$@"; do wait "$p" 2>/dev/null || true; done; }
+# HTTP: ringlmd + ringlm-gateway, or llama-server, on file $1 (perf/http_servers.sh), measured
+# by http_stream_bench (one burst per stream count) into $2
+. perf/http_servers.sh
 http_ringlm() {
-  local f=$1 out=$2 sock=$tmp/d.sock dpid gpid port pol=()
-  rm -f "$sock"
+  local f=$1 out=$2 pol=()
   [ -z "$HTTP_POLICY" ] || pol=(--policy "$HTTP_POLICY")
   # room for every stream's prompt and tokens (blocks of 16), whatever the stream count
-  "$B/bin/ringlmd" --socket "$sock" --numa-node off --model "$f" --threads "$THREADS" \
-    --kv-blocks $(( (max_http * (PROMPT + GEN + 16) + 15) / 16 + 64 )) --quiet "${pol[@]}" \
-    >"$tmp/ringlmd.log" 2>&1 &
-  dpid=$!
-  for _ in $(seq 600); do [ -S "$sock" ] && break; sleep 0.1; done
-  "$B/bin/ringlm-gateway" --listen 127.0.0.1:0 --socket "$sock" --tokenizer "$f" --quiet \
-    >"$tmp/gateway.log" 2>&1 &
-  gpid=$!
-  port=
-  for _ in $(seq 600); do
-    port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$tmp/gateway.log" | head -1)
-    [ -n "$port" ] && break
-    sleep 0.1
-  done
-  if [ -z "$port" ] || ! wait_health "$port" "$gpid"; then
-    tail -5 "$tmp/ringlmd.log" "$tmp/gateway.log" >&2
-    stop_pids "$gpid" "$dpid"
-    echo "llama_compare.sh: ringlm-gateway did not come up on $f" >&2; exit 1
-  fi
-  "$B/perf/http_stream_bench" --port "$port" --streams "$HTTP_STREAMS" --prompt-len "$PROMPT" \
+  http_start_ringlm "$f" "$tmp" $(( (max_http * (PROMPT + GEN + 16) + 15) / 16 + 64 )) "${pol[@]}" ||
+    { echo "llama_compare.sh: ringlm-gateway did not come up on $f" >&2; exit 1; }
+  "$B/perf/http_stream_bench" --port "$HTTP_PORT" --streams "$HTTP_STREAMS" --prompt-len "$PROMPT" \
     --max-tokens "$GEN" --runs 1 --label ringlm --json >>"$out" ||
-    { stop_pids "$gpid" "$dpid"; echo "llama_compare.sh: http_stream_bench failed (ringlm)" >&2; exit 1; }
-  stop_pids "$gpid" "$dpid"
+    { stop_pids $HTTP_PIDS; echo "llama_compare.sh: http_stream_bench failed (ringlm)" >&2; exit 1; }
+  stop_pids $HTTP_PIDS
 }
 http_llama() {
-  local f=$1 out=$2 extra=() port spid
-  case "$f" in *-Q*) extra=(--no-repack) ;; esac
-  port=$(free_port)
-  # at the nice ringlmd takes by default (-10 where permitted; GNU nice runs it as it is
-  # where not), so that on a busy machine neither server is favoured by its priority
-  nice -n -10 "$LLAMA_SERVER" -m "$f" -t "$THREADS" -np "$max_http" -c $((max_http * (PROMPT + GEN + 8))) \
-    --host 127.0.0.1 --port "$port" "${extra[@]}" >"$tmp/llama-server.log" 2>&1 &
-  spid=$!
-  if ! wait_health "$port" "$spid"; then
-    tail -5 "$tmp/llama-server.log" >&2; stop_pids "$spid"
-    echo "llama_compare.sh: llama-server did not come up on $f" >&2; exit 1
-  fi
-  "$B/perf/http_stream_bench" --port "$port" --streams "$HTTP_STREAMS" --prompt-len "$PROMPT" \
+  local f=$1 out=$2
+  http_start_llama "$f" "$tmp" "$max_http" $((max_http * (PROMPT + GEN + 8))) ||
+    { echo "llama_compare.sh: llama-server did not come up on $f" >&2; exit 1; }
+  "$B/perf/http_stream_bench" --port "$HTTP_PORT" --streams "$HTTP_STREAMS" --prompt-len "$PROMPT" \
     --max-tokens "$GEN" --runs 1 --label llama-server --json >>"$out" ||
-    { stop_pids "$spid"; echo "llama_compare.sh: http_stream_bench failed (llama-server)" >&2; exit 1; }
-  stop_pids "$spid"
+    { stop_pids $HTTP_PIDS; echo "llama_compare.sh: http_stream_bench failed (llama-server)" >&2; exit 1; }
+  stop_pids $HTTP_PIDS
 }
 max_http=$(echo "$HTTP_STREAMS" | tr ',' '\n' | sort -n | tail -1)
 
