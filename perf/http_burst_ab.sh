@@ -57,8 +57,9 @@ max=$(echo "$STREAMS" | tr ',' '\n' | sort -n | tail -1)
 load() { cut -d' ' -f1 /proc/loadavg; }
 
 . perf/http_servers.sh
-bench() { # port label out: a warm-up stream (the weights paged in, not counted), the bursts
-  "$B/perf/http_stream_bench" --port "$1" --streams 1 --prompt-len "$PROMPT" --max-tokens 4 \
+bench() { # port label out: a warm-up stream (the weights paged in, not counted; 8 tokens, so
+  # that no whole 16-token block of the bursts' prompts is cached by it), the bursts
+  "$B/perf/http_stream_bench" --port "$1" --streams 1 --prompt-len 8 --max-tokens 4 \
     --runs 1 >/dev/null || return 1
   "$B/perf/http_stream_bench" --port "$1" --streams "$STREAMS" --prompt-len "$PROMPT" \
     --max-tokens "$GEN" --runs 1 --label "$2" --json >>"$3"
@@ -68,7 +69,7 @@ run_ringlm() { # name policy-file round
   local name=$1 pf=$2 r=$3 pol=()
   [ -z "$pf" ] || pol=(--policy "$pf")
   http_start_ringlm "$MODEL" "$tmp" $(( (max * (PROMPT + GEN + 16) + 15) / 16 + 64 )) "${pol[@]}" \
-    --iteration-log "$tmp/it.$name.$r.jsonl" ||
+    --iteration-log "$tmp/it.$name.$r.jsonl" --request-log "$tmp/rq.$name.$r.jsonl" ||
     { echo "http_burst_ab.sh: ringlm ($name) did not come up" >&2; exit 1; }
   echo "round $r ringlm $name: load $(load)" >>"$tmp/loads"
   bench "$HTTP_PORT" "$name" "$tmp/results.jsonl" || { stop_pids $HTTP_PIDS; exit 1; }
@@ -117,18 +118,25 @@ jq -rs --arg gen "$GEN" '
           else "" end))' "$tmp/results.jsonl"
 echo "loads (1-minute) before each block:"
 sed 's/^/  /' "$tmp/loads"
-echo "steps that prefilled each burst (prompts, prefill tokens, decode rows, ms):"
+echo "steps that prefilled each burst, [prompts, prefill tokens, decode rows, ms] (ringlmd's"
+echo "iteration log), and when its first tokens came, ms from its first request read (request log):"
 for f in "$tmp"/it.*.jsonl; do
   [ -f "$f" ] || continue
   n=${f#"$tmp"/it.}
   n=${n%.jsonl}
-  jq -rs --arg streams "$STREAMS" --arg name "$n" '
-    ($streams | split(",") | map(tonumber)) as $b
-    | [.[] | select(.prefill_seqs > 0)] as $p
-    | reduce $p[] as $x ({i: 0, done: 0, out: {}};
-        ($b[.i] // -1) as $n
-        | .out[($n | tostring)] += [[$x.prefill_seqs, $x.prefill_tokens, $x.decode_seqs, ($x.exec_us / 100 | round / 10)]]
-        | .done += $x.prefill_seqs
-        | if .done >= $n then .i += 1 | .done = 0 else . end)
-    | .out | to_entries[] | "  \($name) @\(.key): \(.value | map(tostring) | join(" "))"' "$f"
+  # requests in arrival order: the warm-up, then each burst's
+  jq -rn --arg streams "$STREAMS" --arg name "$n" \
+    --slurpfile it "$f" --slurpfile rq "$tmp/rq.$n.jsonl" '
+    ([1] + ($streams | split(",") | map(tonumber))) as $b
+    | ($rq | sort_by(.arrival_us)) as $r
+    | range(1; $b | length) as $k
+    | ($b[0:$k] | add) as $off
+    | $r[$off:$off + $b[$k]] as $g
+    | ($g | map(.arrival_us) | min) as $t0
+    | ($g | map(.first_token_us) | max) as $t1
+    | [$it[] | select(.prefill_seqs > 0 and .t_us >= $t0 and .t_us <= $t1)
+       | [.prefill_seqs, .prefill_tokens, .decode_seqs, (.exec_us / 100 | round / 10)]] as $steps
+    | ($g | map((.first_token_us - $t0) / 100 | round / 10) | sort) as $ft
+    | "  \($name) @\($b[$k]): \($steps | map(tostring) | join(" "))"
+      + "  first tokens \($ft[0]) .. \($ft[($ft | length - 1) / 2 | floor]) (p50) .. \($ft[-1])"'
 done
