@@ -189,6 +189,8 @@ Test(gguf_quant, tiled_sgemm_and_fused_matmul_give_the_same_products)
                     }
                     if (q_int_path(types[t], rows))
                         mag = mag * 1e-5 + q8_act_bound(types[t], rows, dq, x + (size_t)r * k, k);
+                    else if (types[t] == Q_BF16 && q_bf16_dot_path(rows))
+                        mag *= 0x1p-8 + (k + 2) * 0x1p-24; /* activations rounded to bf16 */
                     else
                         mag *= 1e-5;
                     cr_assert_leq(fabs(y[(size_t)r * n + i] - ref), mag,
@@ -447,6 +449,30 @@ static void random_blocks(int type, unsigned char *q, int n, int k)
     }
 }
 
+/* The stated bound of BF16 weights dotted with activations rounded to bf16 (q_bf16_dot_path,
+ * gemm_bf16.h): |y - exact| <= (2^-8 + (K + 2) 2^-24) sum |x w|, y from rows of bf16 weights q
+ * (n rows of k) and x (rows of k), beta 0 or 1 over the test's starting values. */
+static void bf16_dot_within_bound(const unsigned char *q, int n, int k, const float *x, int rows,
+                                  int beta, const float *got)
+{
+    const uint16_t *h = (const uint16_t *)q;
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < n; i++) {
+            double e = beta ? 0.5 * ((r * n + i) % 3) : 0, mag = 0;
+            for (int j = 0; j < k; j++) {
+                const double p = (double)q_bf16_to_f32(h[(size_t)i * k + j]) * x[(size_t)r * k + j];
+                e += p;
+                mag += fabs(p);
+            }
+            const double bound =
+                (0x1p-8 + (k + 2) * 0x1p-24) * mag + (beta ? 0x1p-24 * fabs(e) : 0);
+            cr_assert_leq(
+                fabs(got[(size_t)r * n + i] - e), bound,
+                "BF16 dots k=%d rows=%d beta=%d: y[%d][%d] = %.9g, exact %.9g, bound %.3g", k, rows,
+                beta, r, i, (double)got[(size_t)r * n + i], e, bound);
+        }
+}
+
 /* Every kernel of the portable path beside the SIMD ones, on random blocks of every type:
  * q_dot (the fused dots) and q_matmul at row counts that take each of its paths (fused dots up
  * to Q_FUSED_MAX_ROWS, the integer kernels up to Q_INT_MAX_ROWS, dequantized tiles above; the
@@ -510,7 +536,9 @@ Test(gguf_quant, every_kernel_on_random_blocks_portable_beside_simd)
             for (int isa = Q_ISA_AVX2; isa <= best; isa++) {
                 q_isa_cap(isa);
                 q_matmul(type, q, n, k, x, rows, 0.0f, got, n);
-                if (tiles_portable && !q_int_path(type, rows)) {
+                if (type == Q_BF16 && q_bf16_dot_path(rows)) {
+                    bf16_dot_within_bound(q, n, k, x, rows, 0, got);
+                } else if (tiles_portable && !q_int_path(type, rows)) {
                     cr_assert(memcmp(want, got, (size_t)rows * n * sizeof *got) == 0,
                               "%s %s rows=%d: dequantized tiles differ from the portable ones",
                               names[t], q_isa_name(isa), rows);
@@ -672,7 +700,8 @@ Test(gguf_quant, decode_kernels_of_every_integer_type_within_the_bound_of_the_fl
 
 /* F16 and BF16 weights, converted in registers or into float tiles as the instruction set
  * allows, give to the bit what their rows converted to floats give through gemm_small (the
- * float32 weights' kernel), at every row count gemm_small takes, on each instruction set: row
+ * float32 weights' kernel), at every row count gemm_small takes, on each instruction set (BF16
+ * where q_bf16_dot_path rounds the activations: within its bound of the exact product): row
  * lengths with a tail of every kind (1, 15 and 17 elements; 771 = 48 x 16 + 3), 9 weight rows
  * (two tiles of 4 and one row alone), batches that cross gemm_small's passes (84 rows of 771),
  * beta 0 and 1, subnormal halves; and each row of a batch gives what it gives alone. */
@@ -706,12 +735,15 @@ Test(gguf_quant, half_weights_give_gemm_smalls_bits_alone_and_in_every_batch)
                         q_isa_cap(isa);
                         for (int i = 0; i < rows * n; i++) got[i] = 0.5f * (float)(i % 3);
                         q_matmul(type, q, n, k, x, rows, (float)beta, got, n);
-                        for (int i = 0; i < rows * n; i++)
-                            cr_assert(memcmp(&got[i], &want[i], sizeof(float)) == 0,
-                                      "%s %s k=%d rows=%d beta=%d: y[%d][%d] = %.9g, gemm_small "
-                                      "%.9g",
-                                      names[t + 1], q_isa_name(isa), k, rows, beta, i / n, i % n,
-                                      (double)got[i], (double)want[i]);
+                        if (type == Q_BF16 && q_bf16_dot_path(rows))
+                            bf16_dot_within_bound(q, n, k, x, rows, beta, got);
+                        else
+                            for (int i = 0; i < rows * n; i++)
+                                cr_assert(memcmp(&got[i], &want[i], sizeof(float)) == 0,
+                                          "%s %s k=%d rows=%d beta=%d: y[%d][%d] = %.9g, "
+                                          "gemm_small %.9g",
+                                          names[t + 1], q_isa_name(isa), k, rows, beta, i / n,
+                                          i % n, (double)got[i], (double)want[i]);
                         for (int r = 0; r < rows; r++) {
                             for (int i = 0; i < n; i++) alone[i] = 0.5f * (float)((r * n + i) % 3);
                             q_matmul(type, q, n, k, x + (size_t)r * k, 1, (float)beta, alone, n);

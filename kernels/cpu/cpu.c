@@ -874,6 +874,11 @@ static void cpu_describe(void *priv, char *buf, size_t cap)
     if (wt == ENG_W_F32)
         snprintf(buf, cap, "F32 projections: gemm_small (%s) up to %d rows, %s; %s", gs, small,
                  above, blas);
+    else if (wt == ENG_W_BF16 && q_bf16_dot_path(1))
+        snprintf(buf, cap,
+                 "BF16 projections: activations rounded to bf16, vdpbf16ps on the weights as "
+                 "they lie up to %d rows, %s; %s",
+                 small, above, blas);
     else if (wt == ENG_W_F16 || wt == ENG_W_BF16) {
         const char *conv = !q_simd_active() ? "portable" : wt == ENG_W_F16 ? "F16C" : "AVX2";
         const bool fused = q_simd_active() && gemm_small_auto_path() == GEMM_SMALL_AVX2;

@@ -9,6 +9,7 @@
  */
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/gemm_small.h"
 #include "kernels/cpu/quant_internal.h"
 
@@ -463,6 +464,40 @@ void q_matmul_xq(int type, const void *w, int n, int k, const q_xq *a, const flo
     q_matmul(type, w, n, k, x, rows, beta, y, ld_y);
 }
 
+bool q_bf16_dot_path(int rows)
+{
+#if QK_X86
+    return q_isa() >= Q_ISA_AVX512 && rows <= gemm_small_max_rows(GEMM_SMALL_AUTO) &&
+           gemm_bf16_prefer(Q_BF16);
+#else
+    (void)rows;
+    return false;
+#endif
+}
+
+#if QK_X86
+/* BF16 weights at the rows gemm_small would take, where the backend rounds BF16 prefill's
+ * activations to bf16 (gemm_bf16_prefer): the activations rounded once per call, in passes of
+ * rows that stay within 256 KiB, dotted by vdpbf16ps. False, having written nothing, where it
+ * does not run. */
+static bool matmul_bf16_dp(const void *w, int n, int k, const float *x, int rows, float beta,
+                           float *y, int ld_y)
+{
+    if (!q_bf16_dot_path(rows)) return false;
+    const int ld_xb = (k + 31) & ~31;
+    int mc = (int)((256 * 1024) / ((size_t)ld_xb * 2)) & ~3;
+    mc = mc < 4 ? 4 : mc > rows ? rows : mc;
+    uint16_t *xb = (uint16_t *)thread_buf(XQ_BUF, ((size_t)mc * ld_xb + 1) / 2);
+    if (!xb) return false;
+    for (int m0 = 0; m0 < rows; m0 += mc) {
+        const int m = rows - m0 < mc ? rows - m0 : mc;
+        qk_round_bf16_avx512(x + (size_t)m0 * k, m, k, xb, ld_xb);
+        qk_rows_bf16_dp_avx512(w, n, k, xb, ld_xb, m, beta, y + (size_t)m0 * ld_y, ld_y);
+    }
+    return true;
+}
+#endif
+
 void q_matmul(int type, const void *w, int n, int k, const float *x, int rows, float beta, float *y,
               int ld_y)
 {
@@ -491,6 +526,7 @@ void q_matmul(int type, const void *w, int n, int k, const float *x, int rows, f
         return;
     }
 #if QK_X86
+    if (type == Q_BF16 && matmul_bf16_dp(w, n, k, x, rows, beta, y, ld_y)) return;
     /* F16 or BF16 where gemm_small runs its AVX-512 tiles, every batch gemm_small takes: the
      * same tiles with the weights converted in registers (qk_rows_half_avx512), the same bits
      * as the converted tiles below, each weight read from memory once. */

@@ -111,6 +111,12 @@ float q_dot(int type, const void *row, const float *x, int64_t k);
  * elsewhere) converted to float tiles for gemm_small or SGEMM; both give the same bits, so a
  * row gets the same sums alone as in a small batch. */
 #define Q_FUSED_MAX_ROWS 4
+/* Whether q_matmul multiplies BF16 weights at this many activation rows with the activations
+ * rounded to bf16 (vdpbf16ps, llama.cpp's arithmetic; gemm_bf16.h's bound of the exact
+ * product): on AVX-512 BF16 machines, up to gemm_small_max_rows rows, where the backend
+ * rounds BF16 prefill's activations too (gemm_bf16_prefer: RINGLM_PREFILL_GEMM unset). Every
+ * row count it takes sums a row in one order: alone and in a batch are bit-identical. */
+bool q_bf16_dot_path(int rows);
 /* Q8_0, Q4_K, Q6_K: up to this many rows, 8-bit activations and integer dots (each weight
  * row read once per group of 8 rows, from cache after the first); above it, tiles and SGEMM.
  * On this VM's EPYC (1 thread, Q8_0) it beat the SGEMM path at 5 to 32 rows by 1.2-4x.
@@ -118,7 +124,7 @@ float q_dot(int type, const void *row, const float *x, int64_t k);
  * dots 4 bytes of one activation row with 16 weight rows, up to 8 activation rows held in
  * registers: 4-5x the kernels of 8 rows at 32 rows (Q8_0 190 against 41 GMAC/s) and 5x SGEMM
  * on dequantized tiles, so there every row count runs in integers (prefill too). */
-#define Q_INT_MAX_ROWS   32
+#define Q_INT_MAX_ROWS 32
 /* Whether q_matmul runs `rows` rows of weights of `type` in integers (the bound above). */
 bool q_int_path(int type, int rows);
 /* The elements per activation scale of that integer path on the instruction set in use: 256

@@ -353,6 +353,138 @@ HALF512 void qk_rows_half_avx512(int type, const uint16_t *w, int n, int k, cons
     }
 }
 
+/* ---- BF16 rows, AVX-512 BF16 ------------------------------------------------------------
+ * llama.cpp's arithmetic for BF16 weights: the activations rounded to bf16 (to nearest, ties
+ * to even: vcvtne2ps2bf16), dotted with the weights as they lie by vdpbf16ps, 32 products an
+ * instruction where the float path converts the weights and does 16: twice the arithmetic a
+ * cycle (perf/machine_probe --mul), and no conversion. Not the exact float32 product: within
+ * gemm_bf16.h's bound, |y - exact| <= (2^-8 + (K + 2) · 2^-24) · Σ_k |x w| (subnormal inputs
+ * and results flushed to zero, as vdpbf16ps does).
+ *
+ * Lane j of an output's accumulator sums the pairs k = 32 t + 2 j, 32 t + 2 j + 1 over t in
+ * order (the last step zero-padded), then fold16 and reduce4 as above: one order for every
+ * output, whatever the tile, the rows beside it or the row count, so a row alone and in a batch
+ * get the same bits. */
+
+#define DPBF16 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512bf16")))
+
+DPBF16 void qk_round_bf16_avx512(const float *x, int rows, int k, uint16_t *xb, int ld_xb)
+{
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * k;
+        uint16_t *out = xb + (size_t)r * ld_xb;
+        int i = 0;
+        for (; i + 32 <= k; i += 32) {
+            const __m512bh v =
+                _mm512_cvtne2ps_pbh(_mm512_loadu_ps(xr + i + 16), _mm512_loadu_ps(xr + i));
+            _mm512_storeu_si512(out + i, (__m512i)v);
+        }
+        for (; i < ld_xb; i += 32) { /* the tail, zeros up to ld_xb */
+            const int left = k - i < 0 ? 0 : k - i;
+            const __mmask16 lo = (__mmask16)(left >= 16 ? 0xFFFF : (1u << left) - 1);
+            const __mmask16 hi = (__mmask16)(left >= 32  ? 0xFFFF
+                                             : left > 16 ? (1u << (left - 16)) - 1
+                                                         : 0);
+            const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, xr + i + 16),
+                                                   _mm512_maskz_loadu_ps(lo, xr + i));
+            _mm512_storeu_si512(out + i, (__m512i)v);
+        }
+    }
+}
+
+/* nr (1 or 4) weight rows by mr (1..4) rounded activation rows (ld_xb halves apart, zero from
+ * K on). With pf, the 4 rows at pf are prefetched, one cache line of each per step. */
+static inline __attribute__((always_inline)) DPBF16 void
+dp_tile(int nr, int mr, int K, const uint16_t *w, size_t ld_w, const uint16_t *xb, int ld_xb,
+        float beta, float *y, int ld_y, const uint16_t *pf)
+{
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int n = 0; n < nr; n++)
+#pragma GCC unroll 4
+        for (int m = 0; m < mr; m++) acc[n][m] = _mm512_setzero_ps();
+    const int K32 = K & ~31;
+    for (int k = 0; k < K32; k += 32) {
+        __m512bh wv[4];
+        if (pf) {
+#pragma GCC unroll 4
+            for (int n = 0; n < 4; n++)
+                _mm_prefetch((const char *)(pf + (size_t)n * ld_w + k), _MM_HINT_T0);
+        }
+#pragma GCC unroll 4
+        for (int n = 0; n < nr; n++) wv[n] = (__m512bh)_mm512_loadu_si512(w + (size_t)n * ld_w + k);
+#pragma GCC unroll 4
+        for (int m = 0; m < mr; m++) {
+            const __m512bh xv = (__m512bh)_mm512_loadu_si512(xb + (size_t)m * ld_xb + k);
+#pragma GCC unroll 4
+            for (int n = 0; n < nr; n++) acc[n][m] = _mm512_dpbf16_ps(acc[n][m], xv, wv[n]);
+        }
+    }
+    if (K32 < K) {
+        const __mmask32 mask = (__mmask32)((1u << (K - K32)) - 1);
+        __m512bh wv[4];
+#pragma GCC unroll 4
+        for (int n = 0; n < nr; n++)
+            wv[n] = (__m512bh)_mm512_maskz_loadu_epi16(mask, w + (size_t)n * ld_w + K32);
+#pragma GCC unroll 4
+        for (int m = 0; m < mr; m++) {
+            const __m512bh xv = (__m512bh)_mm512_loadu_si512(xb + (size_t)m * ld_xb + K32);
+#pragma GCC unroll 4
+            for (int n = 0; n < nr; n++) acc[n][m] = _mm512_dpbf16_ps(acc[n][m], xv, wv[n]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int m = 0; m < mr; m++) {
+        float *out = y + (size_t)m * ld_y;
+        if (nr == 4) {
+            __m128 s =
+                reduce4(fold16(acc[0][m]), fold16(acc[1][m]), fold16(acc[2][m]), fold16(acc[3][m]));
+            if (beta != 0.0f) s = _mm_add_ps(_mm_loadu_ps(out), s);
+            _mm_storeu_ps(out, s);
+        } else {
+            const __m256 f = fold16(acc[0][m]);
+            float s = _mm_cvtss_f32(reduce4(f, f, f, f));
+            out[0] = beta == 0.0f ? s : out[0] + s;
+        }
+    }
+}
+
+#define DP_TAIL(nr_, pf_)                                                                          \
+    do {                                                                                           \
+        const uint16_t *xm = xb + (size_t)m0 * ld_xb;                                              \
+        float *ym = y + (size_t)m0 * ld_y + n0;                                                    \
+        switch (rows - m0) {                                                                       \
+        case 3: dp_tile(nr_, 3, k, wn, (size_t)k, xm, ld_xb, beta, ym, ld_y, pf_); break;          \
+        case 2: dp_tile(nr_, 2, k, wn, (size_t)k, xm, ld_xb, beta, ym, ld_y, pf_); break;          \
+        case 1: dp_tile(nr_, 1, k, wn, (size_t)k, xm, ld_xb, beta, ym, ld_y, pf_); break;          \
+        default: break;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+DPBF16 void qk_rows_bf16_dp_avx512(const uint16_t *w, int n, int k, const uint16_t *xb, int ld_xb,
+                                   int rows, float beta, float *y, int ld_y)
+{
+    int n0 = 0;
+    for (; n0 + 4 <= n; n0 += 4) {
+        const uint16_t *wn = w + (size_t)n0 * k;
+        const uint16_t *pf =
+            n0 + (HALF_PF_TILES + 1) * 4 <= n ? wn + (size_t)HALF_PF_TILES * 4 * k : NULL;
+        int m0 = 0;
+        for (; m0 + 4 <= rows; m0 += 4, pf = NULL)
+            dp_tile(4, 4, k, wn, (size_t)k, xb + (size_t)m0 * ld_xb, ld_xb, beta,
+                    y + (size_t)m0 * ld_y + n0, ld_y, pf);
+        DP_TAIL(4, pf);
+    }
+    for (; n0 < n; n0++) {
+        const uint16_t *wn = w + (size_t)n0 * k;
+        int m0 = 0;
+        for (; m0 + 4 <= rows; m0 += 4)
+            dp_tile(1, 4, k, wn, (size_t)k, xb + (size_t)m0 * ld_xb, ld_xb, beta,
+                    y + (size_t)m0 * ld_y + n0, ld_y, NULL);
+        DP_TAIL(1, NULL);
+    }
+}
+
 SIMD float qk_dot_float_avx2(int type, const void *row, const float *x, int64_t k)
 {
     __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();

@@ -419,6 +419,16 @@ SIMD void qk_rows_half_avx2(int type, const uint16_t *w, int n, int k, const flo
 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw"))) void
 qk_rows_half_avx512(int type, const uint16_t *w, int n, int k, const float *x, int rows, float beta,
                     float *y, int ld_y);
+/* AVX-512 BF16 (quant_float.c): rows of x (k floats apart) rounded to bf16 (nearest, ties to
+ * even; subnormals flushed), ld_xb halves apart (a multiple of 32, >= k), zeros from k to ld_xb;
+ * and n BF16 weight rows (k elements each, contiguous) dotted with such rows by vdpbf16ps:
+ * y[r][i] = beta y[r][i] + w_i . xb_r, within gemm_bf16.h's bound of the exact product, one
+ * order of sums for every output whatever the row count. */
+__attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512bf16"))) void
+qk_round_bf16_avx512(const float *x, int rows, int k, uint16_t *xb, int ld_xb);
+__attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512bf16"))) void
+qk_rows_bf16_dp_avx512(const uint16_t *w, int n, int k, const uint16_t *xb, int ld_xb, int rows,
+                       float beta, float *y, int ld_y);
 SIMD void qk_xq8_row_avx2(const float *x, int8_t *q, float *d, float *s, int64_t k);
 SIMD void qk_q8k_row_avx2(const float *x, int8_t *q, float *d, int16_t *bs, int64_t k);
 SIMD void qk_rows_q8k_avx2(int type, const void *w, int n, int64_t k, const xq8 *x, int rows,
