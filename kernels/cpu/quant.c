@@ -294,7 +294,7 @@ static bool matmul_vnni(int type, const void *w, int n, int k, const struct q_xq
     const size_t o_ws = qk_carve(&off, nb * 128);
     /* the tile's rows as they lie, or the unpacked types' bytes (k a row) */
     const size_t o_wr =
-        qk_carve(&off, VT_COLS * (qk_is_unpacked(type) ? (size_t)k : q_row_bytes(type, k)));
+        qk_carve(&off, VT_COLS * (qk_is_unpacked(type) ? (size_t)k + 256 : q_row_bytes(type, k)));
     char *buf = (char *)tile_get(off / 4 + 16 + 1);
     if (!buf) return false;
     buf += (64 - (uintptr_t)buf % 64) % 64;
@@ -304,6 +304,16 @@ static bool matmul_vnni(int type, const void *w, int n, int k, const struct q_xq
                      .a = (float *)(buf + o_wa),
                      .m = (float *)(buf + o_wm),
                      .sc = (int32_t *)(buf + o_ws)};
+    if (qk_vt_decode(type) && rows <= VT1_MAX_ROWS) {
+        /* the 32-element types up to VT1_MAX_ROWS rows: as they lie, the packing cost more
+         * than the products (quant_unpack.c) */
+        for (int i0 = 0; i0 < n; i0 += VT_COLS) {
+            const int m = n - i0 < VT_COLS ? n - i0 : VT_COLS;
+            qk_vt1_unpacked(type, (const char *)w + (size_t)i0 * rb, rb, m, (int64_t)nb, a, &wt,
+                            (int32_t *)(buf + o_wr), beta, y + i0, ld_y);
+        }
+        return true;
+    }
     if (rows == 1) { /* one row: the weights dotted as they lie (vt1_*) */
         const int16_t *x32 = a->x32;
         int32_t *S = (int32_t *)wt.q; /* 16 x vt1_stride(nb) sums, where a batch packs its tile */
@@ -368,8 +378,8 @@ static bool matmul_int(int type, const void *w, int n, int k, const struct q_xq 
                        float *y, int ld_y)
 {
 #if QK_X86
-    /* the unpacked types run the AVX2 kernels there too */
-    if (a->isa >= Q_ISA_AVX512 && !qk_is_unpacked(type))
+    /* the unpacked K types run the AVX2 kernels there too (Q8_K, as llama.cpp) */
+    if (a->isa >= Q_ISA_AVX512 && (!qk_is_unpacked(type) || qk_vt_decode(type)))
         return matmul_vnni(type, w, n, k, a, beta, y, ld_y);
 #endif
     const size_t nb = (size_t)k / 32;

@@ -29,7 +29,8 @@
  *         low nibbles), 128 bytes of nibbles indexing IQ4_NL's table; x = d*(ls - 32)*table[q]
  *   These nine unpack to signed bytes with a scale and an offset per 16 elements
  *   (kernels/cpu/quant_unpack.c) and take the integer path below like Q8_0 (AVX2 or portable;
- *   with AVX-512 VNNI too, on its AVX2 kernels); tiles and SGEMM above Q_INT_MAX_ROWS rows.
+ *   with AVX-512 VNNI the 32-element ones in its tiles, the K types on its AVX2 kernels);
+ *   tiles and SGEMM above Q_INT_MAX_ROWS rows.
  *
  * Decode (few rows): fused dequantize-and-dot, the weight read once, in its own type; AVX2 +
  * FMA (+F16C) when the CPU has them, chosen once at run time, else portable C (the only path

@@ -456,8 +456,19 @@ VNNI512 void qk_vt_pack_q6_k(const char *w, size_t rb, int m, int64_t nb, const 
  * signed grids, IQ4_NL and IQ4_XS: qk_vt_rows_q8_0) or Q4_K's (the others, unsigned with
  * their offsets as minimums: qk_vt_rows_q4_k). */
 bool qk_vt_unpacked(int type);
+/* Of those, the 32-element types: the tiles at every row count (qk_vt1_unpacked for one). */
+bool qk_vt_decode(int type);
 VNNI512 void qk_vt_pack_unpacked(int type, const char *w, size_t rb, int m, int64_t nb,
                                  const vt_w *t, int8_t *tmp);
+/* The activation rows of a (up to VT1_MAX_ROWS) times the m (<= 16) rows at w of a
+ * qk_vt_decode type, as they lie, into y's m columns: the tile's scales into t (as
+ * qk_vt_pack_unpacked's), for each row the exact sums per block into S (as vt1_sums_* below)
+ * and the float steps of qk_vt1_finish_q8_0 (IQ4_NL) or _q4_k (the others), so that each row
+ * gets what qk_vt_rows_* give it in a batch. S: 6 x 16 x vt1_stride(nb) 32-bit words. */
+#define VT1_MAX_ROWS 8
+VNNI512 void qk_vt1_unpacked(int type, const char *w, size_t rb, int m, int64_t nb,
+                             const struct q_xq *a, const vt_w *t, int32_t *S, float beta, float *y,
+                             int ld_y);
 /* One activation row against the m (<= 16) weight rows at w, read one row after the other:
  * S[i * vt1_stride(nb) + b], the exact integer sums of block b of row i with it (the lanes
  * past nb 0). */
