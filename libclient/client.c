@@ -571,6 +571,9 @@ static void watch_start(ringlm_client *c)
     c->watching = 1;
     c->fork_gen = __atomic_load_n(&fork_gen, __ATOMIC_RELAXED);
     c->has_watcher = pthread_create(&c->watcher, &attr, watch_main, c) == 0;
+    /* a process whose static TLS does not fit beside a small stack (sanitizer builds:
+     * EINVAL) gets the default size rather than sliced sleeps */
+    if (!c->has_watcher) c->has_watcher = pthread_create(&c->watcher, NULL, watch_main, c) == 0;
     if (!c->has_watcher) c->watching = 0;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&attr);
