@@ -294,13 +294,13 @@ Test(gguf_quant, integer_paths_agree_on_every_instruction_set)
 
 /* A row's products do not depend on the rows beside it (DESIGN §8: batching does not change a
  * sequence's output): on each instruction set, every row of a batch of the integer path gives
- * to the bit what it gives alone (1 row: AVX-512 VNNI dots the weights as they lie, a batch
- * repacks them; both end in the same integer sums and the same float steps), for Q8_0 with an
- * odd block count (k = 288, the stories15M rows; k = 480, 15 blocks, as one row sums them 8
- * at a time) too, and the 32-element types (units of 8 blocks in pairs, the blocks past the
- * last whole unit one at a time) with such a tail, beta 0 and 1; with AVX-512 VNNI those dot
- * up to 8 rows as the weights lie, 4 at a time and the rest (5 rows: 4 + 1), and more in
- * packed tiles. */
+ * to the bit what it gives alone (AVX-512 VNNI dots the weights as they lie up to 4 rows of
+ * Q8_0 and 1 of the K types, and repacks them for more; both end in the same integer sums
+ * and the same float steps), for Q8_0 with an odd block count (k = 288, the stories15M
+ * rows; k = 480, 15 blocks, as a row sums them 8 at a time) too, and the 32-element types
+ * (units of 8 blocks in pairs, the blocks past the last whole unit one at a time) with such
+ * a tail, beta 0 and 1; with AVX-512 VNNI those dot up to 8 rows as the weights lie, 4 at a
+ * time and the rest (5 rows: 4 + 1), and more in packed tiles. */
 Test(gguf_quant, a_row_alone_equals_the_same_row_in_a_batch_to_the_bit)
 {
     static const int itypes[] = {Q_Q8_0, Q_Q4_K, Q_Q6_K,   Q_Q8_0, Q_Q4_1, Q_Q5_0,   Q_Q2_K,
@@ -321,7 +321,7 @@ Test(gguf_quant, a_row_alone_equals_the_same_row_in_a_batch_to_the_bit)
         for (size_t i = 0; i < (size_t)n * k; i++) w[i] = frand();
         for (size_t i = 0; i < (size_t)R * k; i++) x[i] = frand() * (float)(1 << (i / 32 % 7));
         for (int i = 0; i < n; i++) q_quantize_row(itypes[t], w + (size_t)i * k, q + i * rb, k);
-        static const int rows_cases[] = {2, 3, 5, 8, 9, 17, 32, 40};
+        static const int rows_cases[] = {2, 3, 4, 5, 8, 9, 17, 32, 40};
         for (int isa = Q_ISA_PORTABLE; isa <= best; isa++) {
             q_isa_cap(isa);
             for (size_t rc = 0; rc < sizeof rows_cases / sizeof rows_cases[0]; rc++)

@@ -280,8 +280,9 @@ static void matmul_fused(int type, const void *w, int n, int k, const float *x, 
 }
 
 #if QK_X86
-/* matmul_int with AVX-512 VNNI: one row dotted with the weights as they lie, a batch with
- * repacked tiles of VT_COLS weight rows, VT_ROWS activation rows at a time. */
+/* matmul_int with AVX-512 VNNI: up to VT1_ROWS rows dotted with the weights as they lie, a
+ * larger batch with repacked tiles of VT_COLS weight rows, VT_ROWS activation rows at a
+ * time. */
 static bool matmul_vnni(int type, const void *w, int n, int k, const struct q_xq *a, float beta,
                         float *y, int ld_y)
 {
@@ -295,6 +296,14 @@ static bool matmul_vnni(int type, const void *w, int n, int k, const struct q_xq
     /* the tile's rows as they lie, or the unpacked types' bytes (k a row) */
     const size_t o_wr =
         qk_carve(&off, VT_COLS * (qk_is_unpacked(type) ? (size_t)k + 256 : q_row_bytes(type, k)));
+    /* Q4_K and Q6_K take the tiles from 2 rows: with 4, Q4_K_M decoded 4 sequences at
+     * 0.76-0.9x the tiles' rate in engine_bench (2 threads), though quant_bench (1 thread,
+     * no classifier) timed their one-row-after-another sums at 0.7-0.85x the tiles' time */
+    const bool vt1 = rows <= (type == Q_Q8_0 ? VT1_ROWS : 1) && !qk_is_unpacked(type);
+    const size_t o_wh = qk_carve(&off, vt1 ? nb * 32 : 0);
+    const size_t o_s = qk_carve(&off, vt1 ? (size_t)rows * 64 * vt1_stride((int64_t)nb) : 0);
+    const size_t o_x32 =
+        qk_carve(&off, vt1 && rows > 1 && type == Q_Q6_K ? (size_t)rows * k * 2 : 0);
     char *buf = (char *)tile_get(off / 4 + 16 + 1);
     if (!buf) return false;
     buf += (64 - (uintptr_t)buf % 64) % 64;
@@ -303,7 +312,8 @@ static bool matmul_vnni(int type, const void *w, int n, int k, const struct q_xq
     const vt_w wt = {.q = (uint8_t *)(buf + o_wq),
                      .a = (float *)(buf + o_wa),
                      .m = (float *)(buf + o_wm),
-                     .sc = (int32_t *)(buf + o_ws)};
+                     .sc = (int32_t *)(buf + o_ws),
+                     .h = (uint16_t *)(buf + o_wh)};
     if (qk_vt_decode(type) && rows <= VT1_MAX_ROWS) {
         /* the 32-element types up to VT1_MAX_ROWS rows: as they lie, the packing cost more
          * than the products (quant_unpack.c) */
@@ -314,27 +324,37 @@ static bool matmul_vnni(int type, const void *w, int n, int k, const struct q_xq
         }
         return true;
     }
-    if (rows == 1) { /* one row: the weights dotted as they lie (vt1_*) */
-        const int16_t *x32 = a->x32;
-        int32_t *S = (int32_t *)wt.q; /* 16 x vt1_stride(nb) sums, where a batch packs its tile */
+    if (vt1) { /* a few rows: the weights dotted as they lie (vt1_*) */
+        int16_t *x32 = a->x32;
+        if (type == Q_Q6_K && rows > 1) { /* the rows as they lie in xt, as one row */
+            x32 = (int16_t *)(buf + o_x32);
+            qk_vt1_x32(xt.q, (int64_t)rows * k, x32);
+        }
+        int32_t *S = (int32_t *)(buf + o_s);
+        const int64_t sr = 16 * vt1_stride((int64_t)nb);
         for (int i0 = 0; i0 < n; i0 += VT_COLS) {
             const int m = n - i0 < VT_COLS ? n - i0 : VT_COLS;
             /* in place, one row after the other (copying the tile first, as a batch does,
              * cost 2.3x at Q8_0: the copy's reads then wait for memory with nothing to
-             * overlap them); the scales after the sums, from the cache */
+             * overlap them); the K types' scales after the sums, from the cache */
             const char *wi = (const char *)w + (size_t)i0 * rb;
             if (type == Q_Q8_0) {
-                qk_vt1_sums_q8_0(wi, rb, m, (int64_t)nb, &xt, x32, S);
-                qk_vt_scales_q8_0(wi, rb, m, (int64_t)nb, &wt);
-                qk_vt1_finish_q8_0(&wt, (int64_t)nb, S, m, &xt, beta, y + i0);
+                qk_vt1_sums_q8_0(wi, rb, m, (int64_t)nb, &xt, x32, rows, S, &wt);
+                for (int r = 0; r < rows; r++)
+                    qk_vt1_finish_q8_0(&wt, (int64_t)nb, S + r * sr, m, &xt, r, beta,
+                                       y + (size_t)r * ld_y + i0);
             } else if (type == Q_Q4_K) {
-                qk_vt1_sums_q4_k(wi, rb, m, (int64_t)nb, &xt, x32, S);
+                qk_vt1_sums_q4_k(wi, rb, m, (int64_t)nb, &xt, x32, rows, S, &wt);
                 qk_vt_scales_q4_k(wi, rb, m, (int64_t)nb, &wt);
-                qk_vt1_finish_q4_k(&wt, (int64_t)nb, S, m, &xt, beta, y + i0);
+                for (int r = 0; r < rows; r++)
+                    qk_vt1_finish_q4_k(&wt, (int64_t)nb, S + r * sr, m, &xt, r, beta,
+                                       y + (size_t)r * ld_y + i0);
             } else {
-                qk_vt1_sums_q6_k(wi, rb, m, (int64_t)nb, &xt, x32, S);
+                qk_vt1_sums_q6_k(wi, rb, m, (int64_t)nb, &xt, x32, rows, S, &wt);
                 qk_vt_scales_q6_k(wi, rb, m, (int64_t)nb, &wt, false);
-                qk_vt1_finish_q6_k(&wt, (int64_t)nb, S, m, &xt, beta, y + i0);
+                for (int r = 0; r < rows; r++)
+                    qk_vt1_finish_q6_k(&wt, (int64_t)nb, S + r * sr, m, &xt, r, beta,
+                                       y + (size_t)r * ld_y + i0);
             }
         }
         return true;

@@ -183,15 +183,18 @@ typedef struct xq8 {
 } xq8;
 
 /* The AVX-512 VNNI tiles (quant_vnni.c; see there): VT_COLS weight rows repacked, up to
- * VT_ROWS activation rows in registers. */
-#define VT_COLS 16
-#define VT_ROWS 8
+ * VT_ROWS activation rows in registers; up to VT1_ROWS activation rows (Q8_0; the K types
+ * one) dot the weights as they lie instead (vt1_*). */
+#define VT_COLS  16
+#define VT_ROWS  8
+#define VT1_ROWS 4
 
 typedef struct vt_w { /* one repacked tile of VT_COLS weight rows, nb blocks of 32 */
     uint8_t *q;       /* [nb][8][16][4] unsigned weights */
     float *a;         /* [nb][16] block scales */
     float *m;         /* [nb][16] Q4_K: dmin * m_j */
     int32_t *sc;      /* [nb][2][16] Q6_K: the two 16-element scales */
+    uint16_t *h;      /* [nb][16] Q8_0, vt1_*: the block scales as they lie (f16) */
 } vt_w;
 
 typedef struct vt_x { /* the activation rows, block-major */
@@ -326,9 +329,10 @@ SIMD static inline __m256i dot_u8s8_avx2(__m256i a, __m256i b)
         ROWS_BY_COUNT(rows, name##_r, w, n, k, x, beta, y, ld_y)                                   \
     }
 
-/* Every row count with AVX-512 VNNI: from 2 rows the repacked tiles win (1 thread, Q8_0
- * 768x768: 42 against 20 GMAC/s for the 8-row kernels above at 2 rows, 190 against 41 at 32);
- * 1 row (decode alone) dots the weights as they lie (vt1_*, below) with the same arithmetic. */
+/* Every row count with AVX-512 VNNI: from 5 rows (Q4_K, Q6_K: 2) the repacked tiles win (1
+ * thread, Q8_0 768x768: 190 against 41 GMAC/s for the 8-row kernels above at 32 rows); fewer
+ * (decode of a few sequences) dot the weights as they lie (vt1_*, below), one weight row
+ * after the other, with the same arithmetic. */
 #define VNNI512                                                                                    \
     __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
 
@@ -394,6 +398,15 @@ VNNI512 static inline __attribute__((always_inline)) __m256i vt1_reduce(const __
     return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
                             _mm256_permute2x128_si256(u0, u1, 0x31));
 }
+
+/* F(..., R, ...) with R (1..VT1_ROWS) a constant. */
+#define VT1_BY_ROWS(R, F, w, rb, m, nb, x, ...)                                                    \
+    switch (R) {                                                                                   \
+    case 1: F(w, rb, m, nb, x, 1, __VA_ARGS__); break;                                             \
+    case 2: F(w, rb, m, nb, x, 2, __VA_ARGS__); break;                                             \
+    case 3: F(w, rb, m, nb, x, 3, __VA_ARGS__); break;                                             \
+    default: F(w, rb, m, nb, x, 4, __VA_ARGS__); break;                                            \
+    }
 
 /* The int32 stride of a weight row's block sums in vt1_sums_*'s S: nb rounded up to 8. */
 static inline int64_t vt1_stride(int64_t nb)
@@ -463,29 +476,35 @@ VNNI512 void qk_vt_pack_unpacked(int type, const char *w, size_t rb, int m, int6
 /* The activation rows of a (up to VT1_MAX_ROWS) times the m (<= 16) rows at w of a
  * qk_vt_decode type, as they lie, into y's m columns: the tile's scales into t (as
  * qk_vt_pack_unpacked's), for each row the exact sums per block into S (as vt1_sums_* below)
- * and the float steps of qk_vt1_finish_q8_0 (IQ4_NL) or _q4_k (the others), so that each row
+ * and the float steps of qk_vt1_finish_signed (IQ4_NL) or _q4_k (the others), so that each row
  * gets what qk_vt_rows_* give it in a batch. S: 6 x 16 x vt1_stride(nb) 32-bit words. */
 #define VT1_MAX_ROWS 8
 VNNI512 void qk_vt1_unpacked(int type, const char *w, size_t rb, int m, int64_t nb,
                              const struct q_xq *a, const vt_w *t, int32_t *S, float beta, float *y,
                              int ld_y);
-/* One activation row against the m (<= 16) weight rows at w, read one row after the other:
- * S[i * vt1_stride(nb) + b], the exact integer sums of block b of row i with it (the lanes
- * past nb 0). */
+/* R (1..VT1_ROWS) activation rows against the m (<= 16) weight rows at w, read one row after
+ * the other: S[(r * 16 + i) * vt1_stride(nb) + b], the exact integer sums of block b of
+ * weight row i with activation row r (the lanes past nb 0); Q8_0 also t->h. x32: 32 x the
+ * pair sums of x's bytes as they lie (qk_vt1_x32), for Q6_K. */
 VNNI512 void qk_vt1_sums_q8_0(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
-                              const int16_t *x32, int32_t *S);
+                              const int16_t *x32, int R, int32_t *S, const vt_w *t);
 VNNI512 void qk_vt1_sums_q4_k(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
-                              const int16_t *x32, int32_t *S);
+                              const int16_t *x32, int R, int32_t *S, const vt_w *t);
 VNNI512 void qk_vt1_sums_q6_k(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
-                              const int16_t *x32, int32_t *S);
-/* The float steps over S and the tile's scales (vt_scales_*) into y's m columns, and the R
- * rows from r0 of a batch times a packed tile (quant_vnni.c). */
+                              const int16_t *x32, int R, int32_t *S, const vt_w *t);
+/* The float steps of activation row r over its sums S (vt1_sums_*'s S + r * 16 *
+ * vt1_stride(nb)) and the tile's scales (Q8_0: t->h, adding the -128 x sum of x; the others
+ * t->a, vt_scales_*) into y's m columns, and the R rows from r0 of a batch times a packed
+ * tile (quant_vnni.c). _signed: Q8_0's tile layout with exact sums and t->a's scales (the
+ * signed grids as qk_vt1_unpacked sums them). */
 VNNI512 void qk_vt1_finish_q8_0(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
-                                float beta, float *y);
+                                int r, float beta, float *y);
+VNNI512 void qk_vt1_finish_signed(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
+                                  int r, float beta, float *y);
 VNNI512 void qk_vt1_finish_q4_k(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
-                                float beta, float *y);
+                                int r, float beta, float *y);
 VNNI512 void qk_vt1_finish_q6_k(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
-                                float beta, float *y);
+                                int r, float beta, float *y);
 VNNI512 void qk_vt_rows_q8_0(const vt_w *w, int64_t nb, const vt_x *x, int r0, int R, float beta,
                              float *y, int ld_y, __mmask16 mask);
 VNNI512 void qk_vt_rows_q4_k(const vt_w *w, int64_t nb, const vt_x *x, int r0, int R, float beta,

@@ -462,80 +462,105 @@ VNNI512 void qk_vt_pack_q6_k(const char *w, size_t rb, int m, int64_t nb, const 
 /* One weight row after the other, as for Q8_0 (quant_q8_0.c): the 8 blocks of each 256
  * elements summed together. Q4_K: each 32 bytes of q are [low nibbles | high nibbles], the two
  * blocks they hold. */
-VNNI512 void qk_vt1_sums_q4_k(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
-                              const int16_t *x32, int32_t *S)
+VNNI512 static inline __attribute__((always_inline)) void
+vt1_sums_q4_k(const char *w, size_t rb, int m, int64_t nb, const vt_x *x, const int R, int32_t *S)
 {
-    (void)x32;
     const int64_t ld = vt1_stride(nb);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int i = 0; i < m; i++) {
-        const char *r = w + (size_t)i * rb;
+        const char *wr = w + (size_t)i * rb;
         for (int64_t sb = 0; sb < nb / 8; sb++) {
-            const char *base = r + sb * (int64_t)sizeof(blk_q4_k);
-            const int8_t *xq = x->q + sb * QK_K;
-            __m256i v[8];
+            const char *base = wr + sb * (int64_t)sizeof(blk_q4_k);
+            __m256i q[8];
 #pragma GCC unroll 4
             for (int jj = 0; jj < 4; jj++) {
-                const __m256i q = _mm256_loadu_si256((const __m256i *)(base + 16 + 32 * jj));
-                v[2 * jj] =
-                    _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_and_si256(q, m4),
-                                        _mm256_loadu_si256((const __m256i *)(xq + 64 * jj)));
-                v[2 * jj + 1] = _mm256_dpbusd_epi32(
-                    _mm256_setzero_si256(), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
-                    _mm256_loadu_si256((const __m256i *)(xq + 64 * jj + 32)));
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(base + 16 + 32 * jj));
+                q[2 * jj] = _mm256_and_si256(v, m4);
+                q[2 * jj + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
             }
-            _mm256_storeu_si256((__m256i *)(S + i * ld + sb * 8), vt1_reduce(v));
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                __m256i v[8];
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++)
+                    v[j] = _mm256_dpbusd_epi32(
+                        _mm256_setzero_si256(), q[j],
+                        _mm256_loadu_si256(
+                            (const __m256i *)(x->q + ((sb * 8 + j) * x->rows + r) * 32)));
+                _mm256_storeu_si256((__m256i *)(S + (r * 16 + i) * ld + sb * 8), vt1_reduce(v));
+            }
         }
     }
+}
+
+VNNI512 void qk_vt1_sums_q4_k(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
+                              const int16_t *x32, int R, int32_t *S, const vt_w *t)
+{
+    (void)x32, (void)t;
+    VT1_BY_ROWS(R, vt1_sums_q4_k, w, rb, m, nb, x, S);
 }
 
 /* Q6_K: per half of 128 elements, its four blocks as 6-bit values (Q6K_ROWS_KERNEL's
  * chunks); maddubs pairs minus 32 x the pair sums of x (x32) are the pairs of (q - 32) x, and
  * one madd with the block's two 16-element scales gives vt_kernel's scaled block sums. */
-VNNI512 void qk_vt1_sums_q6_k(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
-                              const int16_t *x32, int32_t *S)
+VNNI512 static inline __attribute__((always_inline)) void
+vt1_sums_q6_k(const char *w, size_t rb, int m, int64_t nb, const vt_x *x, const int R, int32_t *S,
+              const int16_t *x32)
 {
     const int64_t ld = vt1_stride(nb);
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    __m256i pick[8]; /* block c's scales: words 2c (lanes 0-7) and 2c + 1 (lanes 8-15) */
-    for (int c = 0; c < 8; c++)
-        pick[c] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)(2 * c))),
-                                          _mm_set1_epi16((short)(2 * c + 1)), 1);
+    __m256i pick[8]; /* block j's scales: words 2j (lanes 0-7) and 2j + 1 (lanes 8-15) */
+    for (int j = 0; j < 8; j++)
+        pick[j] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)(2 * j))),
+                                          _mm_set1_epi16((short)(2 * j + 1)), 1);
     for (int i = 0; i < m; i++) {
-        const char *r = w + (size_t)i * rb;
+        const char *wr = w + (size_t)i * rb;
         for (int64_t sb = 0; sb < nb / 8; sb++) {
-            const char *base = r + sb * (int64_t)sizeof(blk_q6_k);
+            const char *base = wr + sb * (int64_t)sizeof(blk_q6_k);
             const __m256i sc16 =
                 _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(base + 192)));
-            __m256i v[8];
+            __m256i q[8];
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
                 const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(base + 64 * h));
                 const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(base + 64 * h + 32));
                 const __m256i qh = _mm256_loadu_si256((const __m256i *)(base + 128 + 32 * h));
-                const __m256i q[4] = {
-                    _mm256_or_si256(_mm256_and_si256(ql0, m4),
-                                    _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)),
-                    _mm256_or_si256(_mm256_and_si256(ql1, m4),
-                                    _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                                    _mm256_and_si256(qh, m30)),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                                    _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)),
-                };
-#pragma GCC unroll 4
-                for (int c = 0; c < 4; c++) {
-                    const int64_t e = sb * QK_K + 128 * h + 32 * c; /* the block's elements */
-                    const __m256i xv = _mm256_loadu_si256((const __m256i *)(x->q + e));
-                    const __m256i z = _mm256_loadu_si256((const __m256i *)(x32 + e / 2));
-                    v[4 * h + c] =
-                        _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(q[c], xv), z),
-                                          _mm256_permutexvar_epi16(pick[4 * h + c], sc16));
-                }
+                /* low nibble from ql (or ql >> 4), bits 4-5 from qh: ternary blend on m4 */
+                q[4 * h] = _mm256_ternarylogic_epi32(
+                    m4, ql0, _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30), 0xCA);
+                q[4 * h + 1] = _mm256_ternarylogic_epi32(
+                    m4, ql1, _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30), 0xCA);
+                q[4 * h + 2] = _mm256_ternarylogic_epi32(m4, _mm256_srli_epi16(ql0, 4),
+                                                         _mm256_and_si256(qh, m30), 0xCA);
+                q[4 * h + 3] = _mm256_ternarylogic_epi32(
+                    m4, _mm256_srli_epi16(ql1, 4), _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30),
+                    0xCA);
             }
-            _mm256_storeu_si256((__m256i *)(S + i * ld + sb * 8), vt1_reduce(v));
+            __m256i sc[8];
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) sc[j] = _mm256_permutexvar_epi16(pick[j], sc16);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                __m256i v[8];
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) {
+                    const int64_t xb = (sb * 8 + j) * x->rows + r;
+                    const __m256i xv = _mm256_loadu_si256((const __m256i *)(x->q + xb * 32));
+                    const __m256i z = _mm256_loadu_si256((const __m256i *)(x32 + xb * 16));
+                    v[j] = _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(q[j], xv), z),
+                                             sc[j]);
+                }
+                _mm256_storeu_si256((__m256i *)(S + (r * 16 + i) * ld + sb * 8), vt1_reduce(v));
+            }
         }
     }
+}
+
+VNNI512 void qk_vt1_sums_q6_k(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
+                              const int16_t *x32, int R, int32_t *S, const vt_w *t)
+{
+    (void)t;
+    VT1_BY_ROWS(R, vt1_sums_q6_k, w, rb, m, nb, x, S, x32);
 }
 
 #endif /* QK_X86 */

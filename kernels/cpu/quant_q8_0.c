@@ -147,47 +147,66 @@ VNNI512 void qk_vt_pack_q8_0(const char *w, size_t rb, int m, int64_t nb, const 
     }
 }
 
-/* Blocks b0.. (n of them, 1..8) of the weight row r . the activation row, exactly, into
- * S[b0..b0+7] (0 past n). */
+/* Blocks b0.. (n of them, 1..8) of weight row i (at wr) . the R activation rows, exactly
+ * but for -128 x the sum of x (vt's c32, added by vt1_finish), into S[r * sr + b0..b0+7] (0
+ * past n); the blocks' scales into h[b * 16 + i]. */
 VNNI512 static inline __attribute__((always_inline)) void
-vt1_group_q8_0(const char *r, int64_t b0, const int n, const vt_x *x, int32_t *S)
+vt1_group_q8_0(const char *wr, int i, int64_t b0, const int n, const vt_x *x, const int R,
+               int32_t *S, int64_t sr, uint16_t *h)
 {
     const __m256i flip = _mm256_set1_epi8((char)0x80);
-    __m256i v[8];
+    __m256i wq[8];
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) {
-        const int64_t b = b0 + j;
-        /* w + 128 unsigned; the block's -128 x sum of x is added below (vt's c32) */
-        v[j] =
-            j < n
-                ? _mm256_dpbusd_epi32(
-                      _mm256_setzero_si256(),
-                      _mm256_xor_si256(_mm256_loadu_si256((
-                                           const __m256i *)(r + b * (int64_t)sizeof(blk_q8_0) + 2)),
-                                       flip),
-                      _mm256_loadu_si256((const __m256i *)(x->q + b * 32)))
-                : _mm256_setzero_si256();
+        const char *blk = wr + (b0 + j) * (int64_t)sizeof(blk_q8_0);
+        if (j < n) {
+            /* w + 128 unsigned */
+            wq[j] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), flip);
+            memcpy(&h[(b0 + j) * 16 + i], blk, 2);
+        } else
+            wq[j] = _mm256_setzero_si256();
     }
-    const __m256i c = _mm256_maskz_loadu_epi32((__mmask8)((1u << n) - 1), x->c32 + b0);
-    _mm256_storeu_si256((__m256i *)(S + b0), _mm256_add_epi32(vt1_reduce(v), c));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        __m256i v[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            v[j] = j < n ? _mm256_dpbusd_epi32(
+                               _mm256_setzero_si256(), wq[j],
+                               _mm256_loadu_si256(
+                                   (const __m256i *)(x->q + ((b0 + j) * x->rows + r) * 32)))
+                         : _mm256_setzero_si256();
+        _mm256_storeu_si256((__m256i *)(S + r * sr + b0), vt1_reduce(v));
+    }
 }
 
 /* One weight row after the other, each a stream the hardware prefetcher follows (16 rows
  * dotted side by side, block by block, read the tile at 9.4 GB/s against 19-20 one row after
  * the other, and prefetching ahead in software only slowed either down: perf/quant_bench
  * --types Q8_0 --rows 1 on Zen 4). */
-VNNI512 void qk_vt1_sums_q8_0(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
-                              const int16_t *x32, int32_t *S)
+VNNI512 static inline __attribute__((always_inline)) void vt1_sums_q8_0(const char *w, size_t rb,
+                                                                        int m, int64_t nb,
+                                                                        const vt_x *x, const int R,
+                                                                        int32_t *S, const vt_w *t)
 {
-    (void)x32;
     const int64_t ld = vt1_stride(nb);
     for (int i = 0; i < m; i++) {
-        const char *r = w + (size_t)i * rb;
+        const char *wr = w + (size_t)i * rb;
         int32_t *s = S + i * ld;
         int64_t b0 = 0;
-        for (; b0 + 8 <= nb; b0 += 8) vt1_group_q8_0(r, b0, 8, x, s);
-        if (b0 < nb) vt1_group_q8_0(r, b0, (int)(nb - b0), x, s);
+        for (; b0 + 8 <= nb; b0 += 8) vt1_group_q8_0(wr, i, b0, 8, x, R, s, 16 * ld, t->h);
+        if (b0 < nb) vt1_group_q8_0(wr, i, b0, (int)(nb - b0), x, R, s, 16 * ld, t->h);
     }
+    /* the rows past m: their scales are read (never stored) */
+    for (int64_t b = 0; b < nb && m < 16; b++)
+        for (int i = m; i < 16; i++) t->h[b * 16 + i] = t->h[b * 16 + m - 1];
+}
+
+VNNI512 void qk_vt1_sums_q8_0(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
+                              const int16_t *x32, int R, int32_t *S, const vt_w *t)
+{
+    (void)x32;
+    VT1_BY_ROWS(R, vt1_sums_q8_0, w, rb, m, nb, x, S, t);
 }
 
 #endif /* QK_X86 */

@@ -1067,8 +1067,8 @@ vt1_group(const int type, const char *const row[16], int m, int64_t nb, const st
         /* the row's scales as a row alone has them (vt_x of one row) */
         const vt_x x1 = {
             .d = a->xq.d + (size_t)(r0 + r) * nb, .s = a->xq.s + (size_t)(r0 + r) * nb, .rows = 1};
-        (type == Q_IQ4_NL ? qk_vt1_finish_q8_0 : qk_vt1_finish_q4_k)(t, nb, Sr, m, &x1, beta,
-                                                                     y + (size_t)(r0 + r) * ld_y);
+        (type == Q_IQ4_NL ? qk_vt1_finish_signed : qk_vt1_finish_q4_k)(t, nb, Sr, m, &x1, 0, beta,
+                                                                       y + (size_t)(r0 + r) * ld_y);
     }
 }
 

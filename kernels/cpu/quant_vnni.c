@@ -22,18 +22,16 @@
  * together. The integer sums are exact: Q8_0's weights are stored as w + 128 and Q6_K's as
  * q in 0..63, and each block's sum starts at -128 (-32) x its activations' integer sum. */
 
-/* The float step of one block b of 32 for one activation row, with p the exact integer sums
+/* The float step of one block of 32 for one activation row, with p the exact integer sums
  * of the block against the tile's 16 weight rows (Q6_K: already times the 16-element
- * scales): acc += p * (scale * dx), and for Q4_K acc -= dmin m_j * sx. vt_kernel and
- * vt1_finish (one row) both add through this, so a row alone and the same row in a batch
- * get the same outputs to the bit. */
+ * scales) and a their scales: acc += p * (a * dx), and for Q4_K acc -= mn * sx (mn = dmin
+ * m_j). vt_kernel and vt1_finish (up to VT1_ROWS rows) both add through this, so a row alone
+ * and the same row in a batch get the same outputs to the bit. */
 VNNI512 static inline __attribute__((always_inline)) __m512
-vt_acc(const int TYPE, __m512 acc, __m512i p, const vt_w *w, int64_t b, float dx, float sx)
+vt_acc(const int TYPE, __m512 acc, __m512i p, __m512 a, __m512 mn, float dx, float sx)
 {
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),
-                          _mm512_mul_ps(_mm512_loadu_ps(w->a + b * 16), _mm512_set1_ps(dx)), acc);
-    if (TYPE == Q_Q4_K)
-        acc = _mm512_fnmadd_ps(_mm512_loadu_ps(w->m + b * 16), _mm512_set1_ps(sx), acc);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(a, _mm512_set1_ps(dx)), acc);
+    if (TYPE == Q_Q4_K) acc = _mm512_fnmadd_ps(mn, _mm512_set1_ps(sx), acc);
     return acc;
 }
 
@@ -93,8 +91,10 @@ vt_kernel(const int TYPE, const int R, const vt_w *w, int64_t nb, const vt_x *x,
                     _mm512_add_epi32(_mm512_mullo_epi32(p[r], s0), _mm512_mullo_epi32(p2[r], s1));
         }
         const float *dx = x->d + (size_t)b * rows + r0, *sx = x->s + (size_t)b * rows + r0;
+        const __m512 a = _mm512_loadu_ps(w->a + b * 16);
+        const __m512 mn = TYPE == Q_Q4_K ? _mm512_loadu_ps(w->m + b * 16) : a;
 #pragma GCC unroll 8
-        for (int r = 0; r < R; r++) acc[r] = vt_acc(TYPE, acc[r], p[r], w, b, dx[r], sx[r]);
+        for (int r = 0; r < R; r++) acc[r] = vt_acc(TYPE, acc[r], p[r], a, mn, dx[r], sx[r]);
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) vt_store(y + (size_t)(r0 + r) * ld_y, acc[r], beta, mask);
@@ -119,41 +119,60 @@ VT_DISPATCH(qk_vt_rows_q8_0, Q_Q8_0)
 VT_DISPATCH(qk_vt_rows_q4_k, Q_Q4_K)
 VT_DISPATCH(qk_vt_rows_q6_k, Q_Q6_K)
 
-/* vt_kernel's float steps (R = 1) over S, the sums of the m weight rows one row after the
- * other (vt1_sums_*), into y's m columns: 8 blocks of the 16 rows at a time turned into 8
- * vectors of one block each (the rows past m 0, never stored). */
-VNNI512 static inline __attribute__((always_inline)) void vt1_finish(const int TYPE, const vt_w *w,
-                                                                     int64_t nb, const int32_t *S,
-                                                                     int m, const vt_x *x,
-                                                                     float beta, float *y)
+/* vt_kernel's float steps for activation row r over S, its sums with the m weight rows one
+ * row after the other (vt1_sums_*), into y's m columns: 8 blocks of the 16 rows at a time
+ * turned into 8 vectors of one block each (the rows past m 0, never stored). HALF (Q8_0 as
+ * it lies): the scales are t->h's halves and S lacks the -128 x sum of x (c32); otherwise
+ * the scales are t->a's floats and S is exact. */
+VNNI512 static inline __attribute__((always_inline)) void
+vt1_finish(const int TYPE, const bool HALF, const vt_w *w, int64_t nb, const int32_t *S, int m,
+           const vt_x *x, int r, float beta, float *y)
 {
     const int64_t ld = vt1_stride(nb);
+    const int rows = x->rows;
     __m512 acc = _mm512_setzero_ps();
     for (int64_t b0 = 0; b0 < nb; b0 += 8) {
         __m512i p[8];
         vt_transpose((const char *)(S + b0), (size_t)ld * 4, m, p);
         const int64_t nbl = nb - b0 < 8 ? nb - b0 : 8;
 #pragma GCC unroll 8
-        for (int j = 0; j < 8; j++)
-            if (j < nbl) acc = vt_acc(TYPE, acc, p[j], w, b0 + j, x->d[b0 + j], x->s[b0 + j]);
+        for (int j = 0; j < 8; j++) {
+            if (j >= nbl) break;
+            const int64_t b = b0 + j, xb = b * rows + r;
+            if (HALF) { /* w + 128 was summed: -128 x the sum of x (c32) */
+                const __m512 a =
+                    _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w->h + b * 16)));
+                acc = vt_acc(TYPE, acc, _mm512_add_epi32(p[j], _mm512_set1_epi32(x->c32[xb])), a, a,
+                             x->d[xb], x->s[xb]);
+            } else {
+                const __m512 a = _mm512_loadu_ps(w->a + b * 16);
+                const __m512 mn = TYPE == Q_Q4_K ? _mm512_loadu_ps(w->m + b * 16) : a;
+                acc = vt_acc(TYPE, acc, p[j], a, mn, x->d[xb], x->s[xb]);
+            }
+        }
     }
     vt_store(y, acc, beta, (__mmask16)((1u << m) - 1));
 }
 
 VNNI512 void qk_vt1_finish_q8_0(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
-                                float beta, float *y)
+                                int r, float beta, float *y)
 {
-    vt1_finish(Q_Q8_0, w, nb, S, m, x, beta, y);
+    vt1_finish(Q_Q8_0, true, w, nb, S, m, x, r, beta, y);
+}
+VNNI512 void qk_vt1_finish_signed(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
+                                  int r, float beta, float *y)
+{
+    vt1_finish(Q_Q8_0, false, w, nb, S, m, x, r, beta, y);
 }
 VNNI512 void qk_vt1_finish_q4_k(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
-                                float beta, float *y)
+                                int r, float beta, float *y)
 {
-    vt1_finish(Q_Q4_K, w, nb, S, m, x, beta, y);
+    vt1_finish(Q_Q4_K, false, w, nb, S, m, x, r, beta, y);
 }
 VNNI512 void qk_vt1_finish_q6_k(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
-                                float beta, float *y)
+                                int r, float beta, float *y)
 {
-    vt1_finish(Q_Q6_K, w, nb, S, m, x, beta, y);
+    vt1_finish(Q_Q6_K, false, w, nb, S, m, x, r, beta, y);
 }
 
 #endif /* QK_X86 */
