@@ -704,25 +704,30 @@ Test(gguf_quant, decode_kernels_of_every_integer_type_within_the_bound_of_the_fl
  * allows, give to the bit what their rows converted to floats give through gemm_small (the
  * float32 weights' kernel), at every row count gemm_small takes, on each instruction set (BF16
  * where q_bf16_dot_path rounds the activations: within its bound of the exact product): row
- * lengths with a tail of every kind (1, 15 and 17 elements; 771 = 48 x 16 + 3), 9 weight rows
- * (two tiles of 4 and one row alone), batches that cross gemm_small's passes (84 rows of 771),
- * beta 0 and 1, subnormal halves; and each row of a batch gives what it gives alone. */
+ * lengths with a tail of every kind (1, 15 and 17 elements; 771 = 48 x 16 + 3), 3, 9 and 22
+ * weight rows (rows alone only; tiles of 4 with one or two rows left, with and without a tile
+ * prefetched ahead), batches that cross gemm_small's passes (84 rows of 771), beta 0 and 1,
+ * subnormal halves; and each row of a batch gives what it gives alone. */
 Test(gguf_quant, half_weights_give_gemm_smalls_bits_alone_and_in_every_batch)
 {
     static const int ks[] = {1, 15, 17, 288, 771};
+    static const int ns[] = {3, 9, 22};
     static const int rows_cases[] = {1, 2, 3, 4, 5, 7, 8, 13, 32, 33, 85, 128};
-    const int n = 9, R = 128, kmax = 771;
-    float *x = malloc((size_t)R * kmax * sizeof *x), *dq = malloc((size_t)n * kmax * sizeof *dq);
-    float *want = malloc((size_t)R * n * sizeof *want), *got = malloc((size_t)R * n * sizeof *got);
-    float alone[9];
-    unsigned char *q = malloc(q_row_bytes(Q_F16, kmax) * n);
+    enum { NMAX = 22 };
+    const int R = 128, kmax = 771;
+    float *x = malloc((size_t)R * kmax * sizeof *x), *dq = malloc((size_t)NMAX * kmax * sizeof *dq);
+    float *want = malloc((size_t)R * NMAX * sizeof *want);
+    float *got = malloc((size_t)R * NMAX * sizeof *got);
+    float alone[NMAX];
+    unsigned char *q = malloc(q_row_bytes(Q_F16, kmax) * NMAX);
     const int best = q_isa(), was = q_isa_cap(Q_ISA_PORTABLE);
     int checked = 0;
     cr_assert_geq(gemm_small_max_rows(GEMM_SMALL_AUTO), 12);
     for (int t = 0; t < 2; t++) {
         const int type = t ? Q_BF16 : Q_F16;
-        for (size_t kc = 0; kc < sizeof ks / sizeof ks[0]; kc++) {
-            const int k = ks[kc];
+        for (size_t c = 0; c < sizeof ks / sizeof ks[0] * (sizeof ns / sizeof ns[0]); c++) {
+            const int k = ks[c / (sizeof ns / sizeof ns[0])],
+                      n = ns[c % (sizeof ns / sizeof ns[0])];
             const size_t rb = q_row_bytes(type, k);
             random_blocks(type, q, n, k);
             for (int i = 0; i < n; i++) q_dequant_row(type, q + i * rb, dq + (size_t)i * k, k);
@@ -742,17 +747,18 @@ Test(gguf_quant, half_weights_give_gemm_smalls_bits_alone_and_in_every_batch)
                         else
                             for (int i = 0; i < rows * n; i++)
                                 cr_assert(memcmp(&got[i], &want[i], sizeof(float)) == 0,
-                                          "%s %s k=%d rows=%d beta=%d: y[%d][%d] = %.9g, "
-                                          "gemm_small %.9g",
-                                          names[t + 1], q_isa_name(isa), k, rows, beta, i / n,
+                                          "%s %s k=%d n=%d rows=%d beta=%d: y[%d][%d] = "
+                                          "%.9g, gemm_small %.9g",
+                                          names[t + 1], q_isa_name(isa), k, n, rows, beta, i / n,
                                           i % n, (double)got[i], (double)want[i]);
                         for (int r = 0; r < rows; r++) {
                             for (int i = 0; i < n; i++) alone[i] = 0.5f * (float)((r * n + i) % 3);
                             q_matmul(type, q, n, k, x + (size_t)r * k, 1, (float)beta, alone, n);
-                            cr_assert(memcmp(alone, got + (size_t)r * n, sizeof alone) == 0,
-                                      "%s %s k=%d rows=%d beta=%d: row %d alone differs from "
-                                      "the same row in the batch",
-                                      names[t + 1], q_isa_name(isa), k, rows, beta, r);
+                            cr_assert(
+                                memcmp(alone, got + (size_t)r * n, (size_t)n * sizeof *alone) == 0,
+                                "%s %s k=%d n=%d rows=%d beta=%d: row %d alone differs "
+                                "from the same row in the batch",
+                                names[t + 1], q_isa_name(isa), k, n, rows, beta, r);
                         }
                         checked++;
                     }
