@@ -94,21 +94,30 @@ static inline __attribute__((always_inline)) SIMD __m128 reduce4(__m256 a0, __m2
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-/* The half tiles' software prefetch distance, in tiles of 4 weight rows. */
-#ifndef HALF_PF_TILES
-#define HALF_PF_TILES 2
-#endif
+/* The 4 sums of a tile's weight rows into out[0], out[ld_yn], out[2 ld_yn], out[3 ld_yn]
+ * (added to what is there with beta 1): one add each, as the contiguous store's. */
+static inline __attribute__((always_inline)) SIMD void store4(__m128 s, float beta, float *out,
+                                                              size_t ld_yn)
+{
+    if (ld_yn == 1) {
+        if (beta != 0.0f) s = _mm_add_ps(_mm_loadu_ps(out), s);
+        _mm_storeu_ps(out, s);
+        return;
+    }
+    float v[4];
+    _mm_storeu_ps(v, s);
+    for (int j = 0; j < 4; j++)
+        out[(size_t)j * ld_yn] = beta == 0.0f ? v[j] : out[(size_t)j * ld_yn] + v[j];
+}
 
-/* nr (1 or 4) weight rows by mr (1..4) activation rows, gemm_small's AVX2 tile (gemm_small.c,
- * tile_avx2) with the weights converted in registers: 8 lanes, lane j summing k = j mod 8 in
- * one multiply-add chain, the last step zero-padded, reduce4 at the end. With pf, the 4 rows
- * at pf (the tile HALF_PF_TILES ahead) are prefetched, one cache line of each per 32 halves,
- * as gemm_small prefetches float32 rows: the hardware prefetcher alone kept one thread at
- * 3.5-3.9 GMAC/s at one activation row, with the prefetch 4.5-5.3 (perf/quant_bench --types
- * F16,BF16 --rows 1 --clock cpu, at load 7; 1 to 8 tiles ahead measured alike). */
-static inline __attribute__((always_inline)) SIMD void
-half_tile(int type, int nr, int mr, int K, const uint16_t *w, size_t ld_w, const float *x,
-          float beta, float *y, int ld_y, const uint16_t *pf)
+/* nr (1 or 4) weight rows (ld_w halves apart) by mr (1..4) activation rows, gemm_small's AVX2
+ * tile (gemm_small.c, tile_avx2) with the weights converted in registers: 8 lanes, lane j
+ * summing k = j mod 8 in one multiply-add chain, the last step zero-padded, reduce4 at the end;
+ * the sums of the 4 weight rows go to y, y + ld_yn, y + 2 ld_yn, y + 3 ld_yn. */
+static inline __attribute__((always_inline)) SIMD void half_tile(int type, int nr, int mr, int K,
+                                                                 const uint16_t *w, size_t ld_w,
+                                                                 const float *x, float beta,
+                                                                 float *y, int ld_y, size_t ld_yn)
 {
     __m256 acc[4][4];
 #pragma GCC unroll 4
@@ -118,11 +127,6 @@ half_tile(int type, int nr, int mr, int K, const uint16_t *w, size_t ld_w, const
     const int K8 = K & ~7;
     for (int k = 0; k < K8; k += 8) {
         __m256 wv[4];
-        if (pf && !(k & 31)) {
-#pragma GCC unroll 4
-            for (int n = 0; n < 4; n++)
-                _mm_prefetch((const char *)(pf + (size_t)n * ld_w + k), _MM_HINT_T0);
-        }
 #pragma GCC unroll 4
         for (int n = 0; n < nr; n++) wv[n] = half8(type, w + (size_t)n * ld_w + k);
 #pragma GCC unroll 4
@@ -152,28 +156,24 @@ half_tile(int type, int nr, int mr, int K, const uint16_t *w, size_t ld_w, const
 #pragma GCC unroll 4
     for (int m = 0; m < mr; m++) {
         float *out = y + (size_t)m * ld_y;
-        if (nr == 4) {
-            __m128 s = reduce4(acc[0][m], acc[1][m], acc[2][m], acc[3][m]);
-            if (beta != 0.0f) s = _mm_add_ps(_mm_loadu_ps(out), s);
-            _mm_storeu_ps(out, s);
-        } else {
+        if (nr == 4)
+            store4(reduce4(acc[0][m], acc[1][m], acc[2][m], acc[3][m]), beta, out, ld_yn);
+        else {
             float s = _mm_cvtss_f32(reduce4(acc[0][m], acc[0][m], acc[0][m], acc[0][m]));
             out[0] = beta == 0.0f ? s : out[0] + s;
         }
     }
 }
 
+/* The weight tiles as half_rows512's (below): a tile's 4 rows one from each quarter. */
 #define HALF_ROWS(T_, MR_)                                                                         \
     do {                                                                                           \
-        int n0 = 0;                                                                                \
-        for (; n0 + 4 <= n; n0 += 4) {                                                             \
-            const uint16_t *pf_ = n0 + (HALF_PF_TILES + 1) * 4 <= n                                \
-                                      ? w + (size_t)(n0 + HALF_PF_TILES * 4) * k                   \
-                                      : NULL;                                                      \
-            half_tile(T_, 4, MR_, k, w + (size_t)n0 * k, (size_t)k, x, beta, y + n0, ld_y, pf_);   \
-        }                                                                                          \
-        for (; n0 < n; n0++)                                                                       \
-            half_tile(T_, 1, MR_, k, w + (size_t)n0 * k, (size_t)k, x, beta, y + n0, ld_y, NULL);  \
+        const int q = n / 4;                                                                       \
+        for (int n0 = 0; n0 < q; n0++)                                                             \
+            half_tile(T_, 4, MR_, k, w + (size_t)n0 * k, (size_t)q * k, x, beta, y + n0, ld_y,     \
+                      (size_t)q);                                                                  \
+        for (int n0 = 4 * q; n0 < n; n0++)                                                         \
+            half_tile(T_, 1, MR_, k, w + (size_t)n0 * k, (size_t)k, x, beta, y + n0, ld_y, 1);     \
     } while (0)
 
 SIMD void qk_rows_half_avx2(int type, const uint16_t *w, int n, int k, const float *x, int rows,
@@ -232,22 +232,6 @@ static inline __attribute__((always_inline)) HALF512 __m256 fold16(__m512 a)
 {
     return _mm256_add_ps(_mm512_castps512_ps256(a),
                          _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
-}
-
-/* The 4 sums of a tile's weight rows into out[0], out[ld_yn], out[2 ld_yn], out[3 ld_yn]
- * (added to what is there with beta 1): one add each, as the contiguous store's. */
-static inline __attribute__((always_inline)) HALF512 void store4(__m128 s, float beta, float *out,
-                                                                 size_t ld_yn)
-{
-    if (ld_yn == 1) {
-        if (beta != 0.0f) s = _mm_add_ps(_mm_loadu_ps(out), s);
-        _mm_storeu_ps(out, s);
-        return;
-    }
-    float v[4];
-    _mm_storeu_ps(v, s);
-    for (int j = 0; j < 4; j++)
-        out[(size_t)j * ld_yn] = beta == 0.0f ? v[j] : out[(size_t)j * ld_yn] + v[j];
 }
 
 /* nr (1 or 4) weight rows (ld_w halves apart) by mr (1..4) activation rows; the sums of the
