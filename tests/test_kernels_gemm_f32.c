@@ -11,6 +11,7 @@
  *     panels, with K of several blocks;
  *   - Q8_0 weights, packed from their blocks where they lie, give the very bits of the same
  *     weights dequantized (q_dequant_row) and multiplied as F32;
+ *   - a row gets the same bits alone and in a batch of several passes over the weights;
  *   - declines other weight types, and K that is not a multiple of the block, without
  *     writing y.
  */
@@ -128,6 +129,39 @@ Test(kernels_gemm_f32, q8_0_panels_equal_the_dequantized_f32_product_to_the_bit)
         free(yf);
         free(w);
     }
+}
+
+/* A prompt of 700 rows takes three passes over the weights (288 rows each), a row alone one:
+ * every row's results are the same bits either way, for each weight type (what the engine's
+ * "chunked = one-shot" and "alone = in a batch" invariants rest on). */
+Test(kernels_gemm_f32, a_row_gets_the_same_bits_alone_and_in_any_pass_of_a_long_batch)
+{
+    if (!have()) return;
+    enum { M = 700, N = 40, K = 300 };
+    static const int types[] = {Q_F32, Q_F16, Q_BF16};
+    float *x = malloc((size_t)M * K * sizeof(float)), *wf = malloc((size_t)N * K * 4);
+    float *all = malloc((size_t)M * N * sizeof(float)), *one = malloc((size_t)N * 4);
+    char *w = malloc((size_t)N * K * 4);
+    cr_assert(x && wf && all && one && w);
+    for (size_t i = 0; i < (size_t)M * K; i++) x[i] = rnd_float();
+    for (int ti = 0; ti < 3; ti++) {
+        for (size_t i = 0; i < (size_t)N * K; i++) wf[i] = rnd_float();
+        quantized_rows(types[ti], wf, w, N, K);
+        const size_t rb = q_row_bytes(types[ti], K);
+        cr_assert(gemm_f32(types[ti], M, N, K, x, K, w, rb, 0.0f, all, N));
+        for (int m = 0; m < M; m += 37) {
+            cr_assert(gemm_f32(types[ti], 1, N, K, x + (size_t)m * K, K, w, rb, 0.0f, one, N));
+            for (int n = 0; n < N; n++)
+                cr_assert(memcmp(&one[n], &all[(size_t)m * N + n], 4) == 0,
+                          "type %d row %d column %d: alone %.9g, in the batch %.9g", types[ti], m,
+                          n, one[n], all[(size_t)m * N + n]);
+        }
+    }
+    free(x);
+    free(wf);
+    free(all);
+    free(one);
+    free(w);
 }
 
 Test(kernels_gemm_f32, declines_other_weight_types_without_writing)

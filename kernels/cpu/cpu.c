@@ -871,9 +871,13 @@ static void cpu_describe(void *priv, char *buf, size_t cap)
                             ? "AVX-512 BF16 tiles (gemm_bf16: activations rounded to bf16) above"
                         : own ? "own AVX2 tiles (gemm_f32) above"
                               : "OpenBLAS SGEMM above";
+    /* the classifier (N = vocabulary) of a batch of 1024 rows, where gemm_f32_prefer keeps
+     * SGEMM for matrices that size */
+    const bool cls_blas = own && !tiles16 && !gemm_f32_prefer(wt, 1024, c->c.vocab_size, c->c.dim);
     if (wt == ENG_W_F32)
-        snprintf(buf, cap, "F32 projections: gemm_small (%s) up to %d rows, %s; %s", gs, small,
-                 above, blas);
+        snprintf(buf, cap, "F32 projections: gemm_small (%s) up to %d rows, %s%s; %s", gs, small,
+                 above, cls_blas ? " (OpenBLAS SGEMM for the classifier of large batches)" : "",
+                 blas);
     else if (wt == ENG_W_BF16 && q_bf16_dot_path(1))
         snprintf(buf, cap,
                  "BF16 projections: activations rounded to bf16, vdpbf16ps on the weights as "

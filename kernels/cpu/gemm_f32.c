@@ -3,9 +3,10 @@
  * kernels/cpu/gemm_f32.c — y = beta * y + x · w^T for prefill, weights F32/F16/BF16, AVX2 +
  * FMA + F16C (see gemm_f32.h for the contract).
  *
- * Blocking (BLIS's order): for each block of NC weight rows and KC elements of k, the weight
- * block is converted and packed into panels of NR = 16 rows, k-major (panel[k][16]: the 16
- * weights that multiply x[.][k]); then for each block of MC activation rows, for each panel,
+ * Blocking (BLIS's order): for each block of MB activation rows (one pass over the weights),
+ * for each block of NC weight rows and KC elements of k, the weight block is converted and
+ * packed into panels of NR = 16 rows, k-major (panel[k][16]: the 16 weights that multiply
+ * x[.][k]); then for each block of MC activation rows, for each panel,
  * the 6 x 16 tile runs over the block's k: per k, two vectors of weights, six broadcast
  * activations, twelve multiply-adds. A panel (16 KiB) stays in L1 while the MC rows pass;
  * the packed block (NC x KC floats, 128 KiB) and the activation block (MC x KC, 72 KiB) stay
@@ -45,6 +46,13 @@ gemm_f32_mode gemm_f32_mode_get(void)
 }
 
 #define KC 256 /* k per packed block */
+/* Activation rows per pass over the weights: their blocks of KC (288 KiB) stay in L2 while
+ * every panel of the weights passes; the panels are packed again for each pass (1/MB of the
+ * products' work). Without it a prefill of 1024 rows read its activations from L3 for every
+ * block of NC weight rows (perf/gemm_bench --prefill, stories110M, 1024 rows, Zen 4 at load
+ * 4-5: 0.88-0.93x SGEMM before, 0.98-1.09x after). Which rows share a tile does not change a
+ * row's sums: the same bits. */
+#define MB 288
 /* Quantized weight types whose blocks tile K and KC (every block is 32 or 256 elements). */
 static bool quantized_ok(int wtype, int K)
 {
@@ -79,6 +87,7 @@ void *gemm_pack_buf(void)
 }
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -92,6 +101,17 @@ static bool cpu_has_avx512f(void)
 {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f");
+}
+
+/* AMD family 0x19 with AVX-512: Zen 4, whose 512-bit FMA takes both 256-bit pipes (one per
+ * cycle, as two AVX2 FMAs: perf/machine_probe --mul), so AVX2 tiles reach its float peak. */
+static bool cpu_splits_512bit_fma(void)
+{
+    unsigned a, b, c, d;
+    if (!cpu_has_avx512f() || !__builtin_cpu_is("amd") || !__get_cpuid(1, &a, &b, &c, &d))
+        return false;
+    const unsigned family = ((a >> 8) & 0xF) + ((a >> 8 & 0xF) == 0xF ? (a >> 20) & 0xFF : 0);
+    return family == 0x19;
 }
 
 bool gemm_f32_supported(void)
@@ -269,6 +289,9 @@ static AVX2 void tile_mr(int mr, int kc, const float *a, int ld_a, const float *
     }
 }
 
+static void blocked(int wtype, int M, int N, int K, const float *x, int ld_x, const void *w,
+                    size_t w_row_bytes, float beta, float *y, int ld_y, float *buf);
+
 bool gemm_f32(int wtype, int M, int N, int K, const float *x, int ld_x, const void *w,
               size_t w_row_bytes, float beta, float *y, int ld_y)
 {
@@ -279,6 +302,16 @@ bool gemm_f32(int wtype, int M, int N, int K, const float *x, int ld_x, const vo
     _Static_assert((size_t)(NC + NR) * KC * sizeof(float) <= GEMM_PACK_BUF_BYTES, "buffer");
     float *buf = gemm_pack_buf();
     if (!buf) return false;
+    for (int mb0 = 0; mb0 < M; mb0 += MB)
+        blocked(wtype, M - mb0 < MB ? M - mb0 : MB, N, K, x + (size_t)mb0 * ld_x, ld_x, w,
+                w_row_bytes, beta, y + (size_t)mb0 * ld_y, ld_y, buf);
+    return true;
+}
+
+/* gemm_f32 on one block of at most MB rows, buf: gemm_pack_buf() */
+static AVX2 void blocked(int wtype, int M, int N, int K, const float *x, int ld_x, const void *w,
+                         size_t w_row_bytes, float beta, float *y, int ld_y, float *buf)
+{
     for (int jc = 0; jc < N; jc += NC) {
         const int nc = N - jc < NC ? N - jc : NC;
         for (int pc = 0; pc < K; pc += KC) {
@@ -300,12 +333,16 @@ bool gemm_f32(int wtype, int M, int N, int K, const float *x, int ld_x, const vo
             }
         }
     }
-    return true;
 }
 
 #else /* not x86-64: SGEMM takes every prefill product */
 
 static bool cpu_has_avx512f(void)
+{
+    return false;
+}
+
+static bool cpu_splits_512bit_fma(void)
 {
     return false;
 }
@@ -327,7 +364,6 @@ bool gemm_f32(int wtype, int M, int N, int K, const float *x, int ld_x, const vo
 
 bool gemm_f32_prefer(int wtype, int M, int N, int K)
 {
-    (void)M, (void)N, (void)K;
     if (!gemm_f32_supported()) return false;
     switch (gemm_f32_mode_get()) {
     case GEMM_F32_BLAS: return false;
@@ -341,8 +377,15 @@ bool gemm_f32_prefer(int wtype, int M, int N, int K)
     if (wtype != WT_F32) return quantized_ok(wtype, K) && !cpu_has_avx512f();
     /* F32: on AVX2 machines these tiles match or beat OpenBLAS's AVX2 SGEMM at every prefill
      * shape measured (perf/gemm_bench --prefill on the 2-vCPU EPYC: 1.0-1.2x on 768 x 2048
-     * products, 2.6-2.9x on the 192-row chunks of 768 x 768 ones, M = 13..1024); where the CPU
-     * has AVX-512, OpenBLAS runs kernels twice as wide (blas_core.h sees to that) and keeps
-     * F32 (not measured against these tiles there). */
-    return !cpu_has_avx512f();
+     * products, 2.6-2.9x on the 192-row chunks of 768 x 768 ones, M = 13..1024). Where the CPU
+     * has AVX-512, OpenBLAS runs its SkylakeX/Cooperlake kernels (blas_core.h), twice as wide:
+     * on a core with two 512-bit FMA pipes (Intel's) twice the peak of these tiles, so SGEMM
+     * takes F32 there. Zen 4 splits each 512-bit FMA over its two 256-bit pipes: the same
+     * peak, and these tiles match or beat SGEMM on the projections (perf/gemm_bench --prefill
+     * --cls, stories110M, 64-1024 rows: 0.98-1.21x, 1.06-1.13x at 256), but not on a
+     * classifier-sized matrix (N = 32000, 98 MB of F32, read once per MB rows) at 1024 rows:
+     * 0.93x. */
+    (void)K;
+    if (!cpu_has_avx512f()) return true;
+    return cpu_splits_512bit_fma() && !(M > MB && N >= 8192);
 }

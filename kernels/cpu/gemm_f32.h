@@ -12,7 +12,9 @@
  * 16 vectors) multiplies them with 6 activation rows at a time, each weight panel kept in
  * L1 while the rows of a block of 72 pass over it. It replaces OpenBLAS SGEMM for prefill
  * where it is faster (gemm_f32_prefer): always for F16/BF16 weights, which SGEMM could only
- * take as float tiles converted beforehand and packed again by SGEMM on every tile.
+ * take as float tiles converted beforehand and packed again by SGEMM on every tile; for F32
+ * on AVX2 machines and on Zen 4 (whose 512-bit FMAs run at the rate of two 256-bit ones), not
+ * where a core has two full 512-bit FMA pipes and SGEMM's AVX-512 kernels twice the peak.
  *
  * Not bit-identical to SGEMM (another summation order: k in blocks of 256, each block in
  * order with fused multiply-adds), within K · 2^-24 relative, as SGEMM itself is from the
