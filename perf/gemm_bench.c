@@ -10,7 +10,7 @@
  *   gemm_bench [--shape stories110M|stories15M] [--repeats R] [--rows 1,2,4,...]
  *              [--path auto|avx512|avx2|portable]
  *              [--type F16|BF16|Q8_0|Q4_K|Q6_K|Q4_0|Q4_1]
- *              [--clock cpu] [--json] [--prefill]
+ *              [--clock cpu] [--json] [--prefill [--cls]]
  *
  * --type F16 or BF16: the weights in that type instead, q_matmul (kernels/cpu/quant.h: float
  * tiles converted once, then gemm_small or SGEMM) against the fused dots it replaced for
@@ -30,6 +30,8 @@
  * the dots). --prefill --type BF16: the AVX-512 BF16 tiles of gemm_bf16.h in that column
  * ("bf16 ms"), with gemm_f32's float panels (own) over them: the previous path over the new;
  * F32 and F16 with RINGLM_PREFILL_GEMM=bf16 (their weights rounded to bf16 too: opt-in).
+ * --cls adds the classifier (N = 32000) to the --prefill shapes: a prefill computes it for one
+ * row, but a batch of more than gemm_small's decode rows takes it through the same path.
  */
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/gemm_f32.h"
@@ -275,23 +277,21 @@ static int run_prefill(const char *shape_name, const shape *shapes, int n_shapes
 int main(int argc, char **argv)
 {
     const char *shape_name = "stories110M", *rows_arg = "1,2,4,8,12,16,20,24,32,48,64";
-    int repeats = 5, json = 0;
-    static const struct option opts[] = {{"shape", required_argument, 0, 's'},
-                                         {"repeats", required_argument, 0, 'r'},
-                                         {"rows", required_argument, 0, 'm'},
-                                         {"json", no_argument, 0, 'j'},
-                                         {"path", required_argument, 0, 'P'},
-                                         {"type", required_argument, 0, 'T'},
-                                         {"clock", required_argument, 0, 'c'},
-                                         {"prefill", no_argument, 0, 'p'},
-                                         {0, 0, 0, 0}};
+    int repeats = 5, json = 0, with_cls = 0;
+    static const struct option opts[] = {
+        {"shape", required_argument, 0, 's'}, {"repeats", required_argument, 0, 'r'},
+        {"rows", required_argument, 0, 'm'},  {"json", no_argument, 0, 'j'},
+        {"path", required_argument, 0, 'P'},  {"type", required_argument, 0, 'T'},
+        {"clock", required_argument, 0, 'c'}, {"prefill", no_argument, 0, 'p'},
+        {"cls", no_argument, 0, 'C'},         {0, 0, 0, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "s:r:m:jP:T:c:p", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "s:r:m:jP:T:c:pC", opts, NULL)) != -1) {
         switch (ch) {
         case 's': shape_name = optarg; break;
         case 'r': repeats = atoi(optarg); break;
         case 'm': rows_arg = optarg; break;
         case 'j': json = 1; break;
+        case 'C': with_cls = 1; break;
         case 'P':
             path = strcmp(optarg, "avx512") == 0     ? GEMM_SMALL_AVX512
                    : strcmp(optarg, "avx2") == 0     ? GEMM_SMALL_AVX2
@@ -323,7 +323,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "usage: gemm_bench [--shape stories110M|stories15M] [--repeats R] "
                             "[--rows 1,2,4,...] [--path auto|avx512|avx2|portable] "
                             "[--type F16|BF16|Q8_0|Q4_K|Q6_K|Q4_0|Q4_1] [--clock cpu] [--json] "
-                            "[--prefill]\n");
+                            "[--prefill [--cls]]\n");
             return 2;
         }
     }
@@ -394,8 +394,8 @@ int main(int argc, char **argv)
     }
 
     if (prefill)
-        return run_prefill(shape_name, shapes, 3, rows, n_rows, repeats, json, x, w, wq,
-                           max_w * copies, y);
+        return run_prefill(shape_name, shapes, with_cls ? 4 : 3, rows, n_rows, repeats, json, x, w,
+                           wq, max_w * copies, y);
     if (json)
         printf("{\"shape\":\"%s\",\"type\":\"%s\",\"threads\":1,\"repeats\":%d,\"chunks\":%d,"
                "\"path\":\"%s\",\"results\":[",
