@@ -321,7 +321,7 @@ Test(gguf_quant, a_row_alone_equals_the_same_row_in_a_batch_to_the_bit)
         for (size_t i = 0; i < (size_t)n * k; i++) w[i] = frand();
         for (size_t i = 0; i < (size_t)R * k; i++) x[i] = frand() * (float)(1 << (i / 32 % 7));
         for (int i = 0; i < n; i++) q_quantize_row(itypes[t], w + (size_t)i * k, q + i * rb, k);
-        static const int rows_cases[] = {2, 3, 4, 5, 8, 9, 17, 32, 40};
+        static const int rows_cases[] = {2, 3, 4, 5, 8, 9, 17, 32, 33, 40};
         for (int isa = Q_ISA_PORTABLE; isa <= best; isa++) {
             q_isa_cap(isa);
             for (size_t rc = 0; rc < sizeof rows_cases / sizeof rows_cases[0]; rc++)

@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The K types' integer dots with Q8_K activations (kernels/cpu/quant_q8k.c), on AVX2 and the
- * portable path (and with AVX-512 VNNI, which keeps them for all but Q4_K and Q6_K):
+ * portable path (and with AVX-512 VNNI, which keeps them for all but Q4_K and Q6_K; those two
+ * take Q8_K there too, in its own arithmetic: quant_kquants.c, one float step per 256):
  *   - the activation quantizer gives ggml's quantize_row_q8_K_ref (copied below) to the bit,
  *     portable and AVX2: the first element of the largest magnitude sets the (signed) scale,
  *     halves round to even, all-zero blocks stay zero;
  *   - Q4_K, Q6_K, Q5_K, Q3_K, Q2_K and IQ4_XS products at 1 to 4 activation rows (and odd batches up to
  *     Q_INT_MAX_ROWS), odd weight-row counts, one to three superblocks, beta 0 and 1, from
  *     quantized weights and from random blocks (every bit pattern): the portable path and
- *     AVX2 (AVX-512) give the same bits, a row alone what it gets in a batch; each product is the
+ *     AVX2 (AVX-512) give the same bits (AVX-512's Q4_K and Q6_K: the same bound of the
+ *     Q8_K product below), a row alone what it gets in a batch; each product is the
  *     product of the dequantized weights with the Q8_K-dequantized activations within float
  *     rounding (1e-5 x sum |w x|), and the dequantized weights' product with the float
  *     activations within quant.h's bound (sum_j |w_j| max|x over j's 256| (1/254 + 1/2048)).
@@ -154,6 +156,8 @@ Test(kernels_q8k, k_type_dots_portable_equal_avx2_and_the_q8k_product)
     float *x = malloc((size_t)R * KMAX * sizeof *x), *xk = malloc((size_t)R * KMAX * sizeof *xk);
     float *dq = malloc((size_t)N * KMAX * sizeof *dq), *wf = malloc((size_t)N * KMAX * sizeof *wf);
     float *got = malloc((size_t)R * N * sizeof *got), *want = malloc((size_t)R * N * sizeof *want);
+    double *ref8 = malloc((size_t)R * N * sizeof *ref8),
+           *mag8 = malloc((size_t)R * N * sizeof *mag8);
     float *alone = malloc(N * sizeof *alone);
     unsigned char *q = malloc(q_row_bytes(Q_F32, KMAX) * N);
     int8_t *xq = malloc(KMAX);
@@ -210,6 +214,8 @@ Test(kernels_q8k, k_type_dots_portable_equal_avx2_and_the_q8k_product)
                                         bound += sw * amax * (1.0 / 254 + 1.0 / 2048);
                                     }
                                     const float y = want[r * n + i];
+                                    ref8[r * n + i] = e8;
+                                    mag8[r * n + i] = 1e-5 * m8 + 1e-6 * init;
                                     cr_assert_leq(fabs(y - e8), 1e-5 * m8 + 1e-6 * init,
                                                   "%s k=%d %s n=%d rows=%d beta=%d: y[%d][%d] "
                                                   "= %.9g, with Q8_K activations %.9g",
@@ -228,16 +234,33 @@ Test(kernels_q8k, k_type_dots_portable_equal_avx2_and_the_q8k_product)
                                           "%s k=%d n=%d rows=%d: row %d alone differs", names[t], k,
                                           n, rows, r);
                             }
-                            /* AVX2, and AVX-512 VNNI where it keeps Q8_K (all but Q4_K, Q6_K) */
+                            /* AVX2, and AVX-512 VNNI: the AVX2 kernels' bits, or Q4_K's and
+                             * Q6_K's own within the bound of the Q8_K product, a row alone
+                             * what it gets in the batch */
                             for (int isa = Q_ISA_AVX2; isa <= best; isa++) {
                                 q_isa_cap(isa);
-                                if (isa == Q_ISA_AVX2)
-                                    cr_assert_eq(q_int_act_elems(type, rows), 256);
-                                else if (q_int_act_elems(type, rows) != 256)
-                                    continue;
+                                cr_assert_eq(q_int_act_elems(type, rows), 256);
+                                const bool own =
+                                    isa >= Q_ISA_AVX512 && (type == Q_Q4_K || type == Q_Q6_K);
                                 for (int i = 0; i < rows * n; i++) got[i] = 0.25f * (i % 3);
                                 q_matmul(type, q, n, k, x, rows, (float)beta, got, n);
-                                for (int i = 0; i < rows * n; i++)
+                                for (int r = 0; r < rows && own; r++) {
+                                    for (int i = 0; i < n; i++)
+                                        alone[i] = 0.25f * ((r * n + i) % 3);
+                                    q_matmul(type, q, n, k, x + (size_t)r * k, 1, (float)beta,
+                                             alone, n);
+                                    cr_assert(memcmp(alone, got + r * n, n * sizeof *alone) == 0,
+                                              "%s k=%d n=%d rows=%d: %s row %d alone differs",
+                                              names[t], k, n, rows, q_isa_name(isa), r);
+                                }
+                                for (int i = 0; i < rows * n && own; i++)
+                                    cr_assert_leq(fabs(got[i] - ref8[i]), mag8[i],
+                                                  "%s k=%d %s n=%d rows=%d beta=%d: y[%d][%d] "
+                                                  "%s %.9g, with Q8_K activations %.9g",
+                                                  names[t], k, data ? "random" : "quantized", n,
+                                                  rows, beta, i / n, i % n, q_isa_name(isa),
+                                                  (double)got[i], ref8[i]);
+                                for (int i = 0; i < rows * n && !own; i++)
                                     cr_assert(memcmp(&got[i], &want[i], sizeof *got) == 0,
                                               "%s k=%d %s n=%d rows=%d beta=%d: y[%d][%d] %s "
                                               "%.9g, portable %.9g",
@@ -256,6 +279,8 @@ Test(kernels_q8k, k_type_dots_portable_equal_avx2_and_the_q8k_product)
     free(wf);
     free(got);
     free(want);
+    free(ref8);
+    free(mag8);
     free(alone);
     free(q);
     free(xq);

@@ -296,14 +296,10 @@ static bool matmul_vnni(int type, const void *w, int n, int k, const struct q_xq
     /* the tile's rows as they lie, or the unpacked types' bytes (k a row) */
     const size_t o_wr =
         qk_carve(&off, VT_COLS * (qk_is_unpacked(type) ? (size_t)k + 256 : q_row_bytes(type, k)));
-    /* Q4_K and Q6_K take the tiles from 2 rows: with 4, Q4_K_M decoded 4 sequences at
-     * 0.76-0.9x the tiles' rate in engine_bench (2 threads), though quant_bench (1 thread,
-     * no classifier) timed their one-row-after-another sums at 0.7-0.85x the tiles' time */
-    const bool vt1 = rows <= (type == Q_Q8_0 ? VT1_ROWS : 1) && !qk_is_unpacked(type);
+    /* Q8_0 up to VT1_ROWS rows as they lie (Q4_K and Q6_K: matmul_ktiles) */
+    const bool vt1 = rows <= VT1_ROWS && type == Q_Q8_0;
     const size_t o_wh = qk_carve(&off, vt1 ? nb * 32 : 0);
     const size_t o_s = qk_carve(&off, vt1 ? (size_t)rows * 64 * vt1_stride((int64_t)nb) : 0);
-    const size_t o_x32 =
-        qk_carve(&off, vt1 && rows > 1 && type == Q_Q6_K ? (size_t)rows * k * 2 : 0);
     char *buf = (char *)tile_get(off / 4 + 16 + 1);
     if (!buf) return false;
     buf += (64 - (uintptr_t)buf % 64) % 64;
@@ -325,37 +321,18 @@ static bool matmul_vnni(int type, const void *w, int n, int k, const struct q_xq
         return true;
     }
     if (vt1) { /* a few rows: the weights dotted as they lie (vt1_*) */
-        int16_t *x32 = a->x32;
-        if (type == Q_Q6_K && rows > 1) { /* the rows as they lie in xt, as one row */
-            x32 = (int16_t *)(buf + o_x32);
-            qk_vt1_x32(xt.q, (int64_t)rows * k, x32);
-        }
         int32_t *S = (int32_t *)(buf + o_s);
         const int64_t sr = 16 * vt1_stride((int64_t)nb);
         for (int i0 = 0; i0 < n; i0 += VT_COLS) {
             const int m = n - i0 < VT_COLS ? n - i0 : VT_COLS;
             /* in place, one row after the other (copying the tile first, as a batch does,
              * cost 2.3x at Q8_0: the copy's reads then wait for memory with nothing to
-             * overlap them); the K types' scales after the sums, from the cache */
+             * overlap them) */
             const char *wi = (const char *)w + (size_t)i0 * rb;
-            if (type == Q_Q8_0) {
-                qk_vt1_sums_q8_0(wi, rb, m, (int64_t)nb, &xt, x32, rows, S, &wt);
-                for (int r = 0; r < rows; r++)
-                    qk_vt1_finish_q8_0(&wt, (int64_t)nb, S + r * sr, m, &xt, r, beta,
-                                       y + (size_t)r * ld_y + i0);
-            } else if (type == Q_Q4_K) {
-                qk_vt1_sums_q4_k(wi, rb, m, (int64_t)nb, &xt, x32, rows, S, &wt);
-                qk_vt_scales_q4_k(wi, rb, m, (int64_t)nb, &wt);
-                for (int r = 0; r < rows; r++)
-                    qk_vt1_finish_q4_k(&wt, (int64_t)nb, S + r * sr, m, &xt, r, beta,
-                                       y + (size_t)r * ld_y + i0);
-            } else {
-                qk_vt1_sums_q6_k(wi, rb, m, (int64_t)nb, &xt, x32, rows, S, &wt);
-                qk_vt_scales_q6_k(wi, rb, m, (int64_t)nb, &wt, false);
-                for (int r = 0; r < rows; r++)
-                    qk_vt1_finish_q6_k(&wt, (int64_t)nb, S + r * sr, m, &xt, r, beta,
-                                       y + (size_t)r * ld_y + i0);
-            }
+            qk_vt1_sums_q8_0(wi, rb, m, (int64_t)nb, &xt, NULL, rows, S, &wt);
+            for (int r = 0; r < rows; r++)
+                qk_vt1_finish_q8_0(&wt, (int64_t)nb, S + r * sr, m, &xt, r, beta,
+                                   y + (size_t)r * ld_y + i0);
         }
         return true;
     }
@@ -372,19 +349,63 @@ static bool matmul_vnni(int type, const void *w, int n, int k, const struct q_xq
                                 (int8_t *)wi);
         else {
             memcpy(wi, (const char *)w + (size_t)i0 * rb, (size_t)m * rb);
-            (type == Q_Q8_0   ? qk_vt_pack_q8_0
-             : type == Q_Q4_K ? qk_vt_pack_q4_k
-                              : qk_vt_pack_q6_k)(wi, rb, m, (int64_t)nb, &wt);
+            qk_vt_pack_q8_0(wi, rb, m, (int64_t)nb, &wt);
         }
         /* the signed grids in Q8_0's tiles, the other unpacked types in Q4_K's */
-        const int kt = unp ? (type == Q_IQ4_NL || type == Q_IQ4_XS ? Q_Q8_0 : Q_Q4_K) : type;
+        const bool signed_grid = !unp || type == Q_IQ4_NL || type == Q_IQ4_XS;
         const __mmask16 mask = (__mmask16)((1u << m) - 1);
         for (int r0 = 0; r0 < rows; r0 += VT_ROWS) {
             const int g = rows - r0 < VT_ROWS ? rows - r0 : VT_ROWS;
-            (kt == Q_Q8_0 ? qk_vt_rows_q8_0
-             : kt == Q_Q4_K
-                 ? qk_vt_rows_q4_k
-                 : qk_vt_rows_q6_k)(&wt, (int64_t)nb, &xt, r0, g, beta, y + i0, ld_y, mask);
+            (signed_grid ? qk_vt_rows_q8_0 : qk_vt_rows_q4_k)(&wt, (int64_t)nb, &xt, r0, g, beta,
+                                                              y + i0, ld_y, mask);
+        }
+    }
+    return true;
+}
+
+/* matmul_int for Q4_K and Q6_K with AVX-512 VNNI (Q8_K activations, quant_kquants.c): one row
+ * dotted with the weights as they lie, a batch with repacked tiles of VT_COLS weight rows,
+ * VT_ROWS activation rows at a time, both with the same integer sums and float steps. */
+static bool matmul_ktiles(int type, const void *w, int n, int k, const struct q_xq *a, float beta,
+                          float *y, int ld_y)
+{
+    const int64_t nb = k / 32;
+    const int rows = a->rows;
+    const size_t rb = q_row_bytes(type, k);
+    if (rows == 1) {
+        for (int i0 = 0; i0 < n; i0 += VT_COLS) {
+            const int m = n - i0 < VT_COLS ? n - i0 : VT_COLS;
+            (type == Q_Q4_K ? qk_kt1_q4_k : qk_kt1_q6_k)((const char *)w + (size_t)i0 * rb, rb, m,
+                                                         nb, a, beta, y + i0);
+        }
+        return true;
+    }
+    size_t off = 0;
+    const size_t o_q = qk_carve(&off, (size_t)nb * 512);
+    const size_t o_sc = qk_carve(&off, (size_t)nb * 128);
+    const size_t o_d = qk_carve(&off, (size_t)nb / 8 * 64);
+    const size_t o_dmin = qk_carve(&off, (size_t)nb / 8 * 64);
+    const size_t o_mn = qk_carve(&off, (size_t)nb / 8 * 256);
+    const size_t o_wr = qk_carve(&off, VT_COLS * rb);
+    char *buf = (char *)tile_get(off / 4 + 16 + 1);
+    if (!buf) return false;
+    buf += (64 - (uintptr_t)buf % 64) % 64;
+    const kt_w wt = {.q = (uint8_t *)(buf + o_q),
+                     .sc = (int32_t *)(buf + o_sc),
+                     .d = (float *)(buf + o_d),
+                     .dmin = (float *)(buf + o_dmin),
+                     .mn = (int32_t *)(buf + o_mn)};
+    for (int i0 = 0; i0 < n; i0 += VT_COLS) {
+        const int m = n - i0 < VT_COLS ? n - i0 : VT_COLS;
+        /* the tile's rows copied first (see matmul_vnni) */
+        char *wi = buf + o_wr;
+        memcpy(wi, (const char *)w + (size_t)i0 * rb, (size_t)m * rb);
+        (type == Q_Q4_K ? qk_kt_pack_q4_k : qk_kt_pack_q6_k)(wi, rb, m, nb, &wt);
+        const __mmask16 mask = (__mmask16)((1u << m) - 1);
+        for (int r0 = 0; r0 < rows; r0 += VT_ROWS) {
+            const int g = rows - r0 < VT_ROWS ? rows - r0 : VT_ROWS;
+            (type == Q_Q4_K ? qk_kt_rows_q4_k : qk_kt_rows_q6_k)(&wt, nb, &a->kt, r0, g, beta,
+                                                                 y + i0, ld_y, mask);
         }
     }
     return true;
@@ -399,6 +420,8 @@ static bool matmul_int(int type, const void *w, int n, int k, const struct q_xq 
 {
 #if QK_X86
     /* the unpacked K types run the AVX2 kernels there too (Q8_K, as llama.cpp) */
+    if (a->isa >= Q_ISA_AVX512 && (type == Q_Q4_K || type == Q_Q6_K) && a->xq.kq)
+        return matmul_ktiles(type, w, n, k, a, beta, y, ld_y);
     if (a->isa >= Q_ISA_AVX512 && (!qk_is_unpacked(type) || qk_vt_decode(type)))
         return matmul_vnni(type, w, n, k, a, beta, y, ld_y);
 #endif
@@ -466,10 +489,11 @@ bool q_int_path(int type, int rows)
 
 int q_int_act_elems(int type, int rows)
 {
-    if (!qk_q8k_type(type) || rows > Q_INT_MAX_ROWS) return 32;
-    /* with AVX-512 VNNI Q4_K and Q6_K take its tiles (blocks of 32); the other K types keep
-     * Q8_K, whose AVX2 kernels beat their blocks of 32 there too */
-    return q_isa() < Q_ISA_AVX512 || qk_is_unpacked(type) ? QK_K : 32;
+    if (!qk_q8k_type(type)) return 32;
+    /* with AVX-512 VNNI Q4_K and Q6_K take Q8_K at every row count (its tiles), the other K
+     * types up to Q_INT_MAX_ROWS (the AVX2 kernels) */
+    if (q_isa() >= Q_ISA_AVX512 && (type == Q_Q4_K || type == Q_Q6_K)) return QK_K;
+    return rows > Q_INT_MAX_ROWS ? 32 : QK_K;
 }
 
 bool q_matmul_tiles(int type, const void *w, int n, int k, const q_xq *a, float beta, float *y,

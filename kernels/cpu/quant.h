@@ -47,14 +47,16 @@
  * llama.cpp's K-quant activations instead (Q8_K, kernels/cpu/quant_q8k.c: one float scale per
  * 256, the sub-block scales multiplied in integers, one float step per 256 weights), within
  * sum_j |w_j| * max|x over j's 256| * (1/254 + 1/2048) of the exact product (q_int_act_elems),
- * the two paths to the bit; with AVX-512 VNNI Q4_K and Q6_K keep the blocks of 32 (its
- * tiles), the other four Q8_K on its AVX2 kernels (the same bits).
+ * the two paths to the bit; with AVX-512 VNNI Q4_K and Q6_K take Q8_K at every row count in
+ * its own arithmetic (each 256 weights' exact integer sum with their sub-block scales, then one
+ * float step: kernels/cpu/quant_kquants.c), within the same bound, the other four Q8_K on its
+ * AVX2 kernels (the same bits).
  * On each path a row's products do not depend on the rows beside it (DESIGN §8: a sequence
  * decoding alone and in a batch gets the same logits to the bit): each activation row is
- * quantized by itself, and with AVX-512 VNNI one row (weights dotted as they lie, the next
- * tile prefetched) and a batch (repacked tiles) form the same exact integer sums per block
- * of 32 and add them with the same float steps; the AVX2 and portable paths run one kernel
- * for 1 to Q_INT_MAX_ROWS rows. tests/test_gguf_quant.c and tests/test_engine_inv.c hold it.
+ * quantized by itself, and with AVX-512 VNNI one row (weights dotted as they lie) and a batch
+ * (repacked tiles) form the same exact integer sums per block of 32 (Q4_K and Q6_K: per 256)
+ * and add them with the same float steps; the AVX2 and portable paths run one kernel for 1
+ * to Q_INT_MAX_ROWS rows. tests/test_gguf_quant.c and tests/test_engine_inv.c hold it.
  * Prefill (many rows) otherwise: a tile of weight rows is dequantized to float32 and
  * multiplied with OpenBLAS SGEMM, so batching keeps its advantage. F16 and BF16 weights go
  * through such tiles at every row count (F16C or a shift converts them once per step; a batch
@@ -130,8 +132,8 @@ bool q_bf16_dot_path(int rows);
 bool q_int_path(int type, int rows);
 /* The elements per activation scale of that integer path on the instruction set in use: 256
  * for the K types up to Q_INT_MAX_ROWS rows (Q8_K, as llama.cpp: x_j rounded to within
- * max|x over its 256| / 254, one float step per 256 weights) but Q4_K and Q6_K with AVX-512
- * VNNI, else 32. */
+ * max|x over its 256| / 254, one float step per 256 weights), and for Q4_K and Q6_K at every
+ * row count with AVX-512 VNNI; else 32. */
 int q_int_act_elems(int type, int rows);
 
 /*

@@ -8,7 +8,7 @@
  *   quant.c          the type table, the instruction-set dispatch, q_dot, q_matmul
  *   quant_float.c    F32, F16, BF16: conversions, fused dots
  *   quant_q8_0.c     Q8_0: dequantize, fused dot, integer dots, quantizer
- *   quant_kquants.c  Q4_K, Q6_K: the same
+ *   quant_kquants.c  Q4_K, Q6_K: the same (AVX-512 VNNI: with Q8_K activations, qk_kt_*)
  *   quant_legacy.c   Q4_0, Q4_1, Q5_0, Q5_1: quantizers, their blocks from levels
  *   quant_search.c   the K types, IQ4_NL, IQ4_XS, and every type under an importance
  *                    matrix: quantizers (llama.cpp's searches)
@@ -206,12 +206,32 @@ typedef struct vt_x { /* the activation rows, block-major */
     int rows;
 } vt_x;
 
+/* Q4_K and Q6_K with AVX-512 VNNI (quant_kquants.c): the activations as Q8_K (xq8.kq, kd,
+ * ks), and for the tiles laid out block-major as vt_x lays out blocks of 32. */
+typedef struct kt_x {
+    int8_t *q1;   /* one row: Q8_K's bytes, blocks 4i + 1 and 4i + 2 swapped (qk_kt1_q4_k) */
+    int8_t *q;    /* [nb][rows][32] Q8_K's bytes (a batch) */
+    float *d;     /* [nb / 8][rows] Q8_K's scale of each 256 */
+    int32_t *bs;  /* [nb / 8][rows][4] Q4_K: the sums of blocks 2t and 2t + 1, two int16 */
+    int32_t *c16; /* [2 nb][rows] Q6_K: -32 x the sum per 16 elements */
+    int rows;
+} kt_x;
+
+/* One repacked tile of VT_COLS Q4_K or Q6_K weight rows, nb blocks of 32 (nb / 8 of 256). */
+typedef struct kt_w {
+    uint8_t *q;  /* [nb][8][16][4] unsigned weights, as vt_w's */
+    int32_t *sc; /* Q4_K [nb][16] the blocks' scales; Q6_K [nb][2][16] the 16 elements' */
+    float *d;    /* [nb / 8][16] d */
+    float *dmin; /* [nb / 8][16] Q4_K: dmin */
+    int32_t *mn; /* [nb / 8][4][16] Q4_K: the minimums of blocks 2t and 2t + 1, two int16 */
+} kt_w;
+
 /* Activation rows quantized for the integer path, in the layouts its kernels read. */
 struct q_xq {
     int rows, k, isa;
-    xq8 xq;       /* row-major (the AVX2 and portable kernels) */
-    vt_x xt;      /* AVX-512 VNNI: block-major, with the integer sums */
-    int16_t *x32; /* AVX-512 VNNI, 1 row: Q6_K's pair sums (vt1_x32) */
+    xq8 xq;  /* row-major (the AVX2 and portable kernels) */
+    vt_x xt; /* AVX-512 VNNI: block-major, with the integer sums */
+    kt_x kt; /* AVX-512 VNNI, k a multiple of 256: Q8_K block-major (Q4_K, Q6_K) */
 };
 
 /* Bytes at *off in a buffer, 64-aligned; returns the offset of the carved region. */
@@ -304,6 +324,22 @@ SIMD static inline __m256i u8x8(const uint8_t *p)
 SIMD static inline __m256i dot_u8s8_avx2(__m256i a, __m256i b)
 {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
+}
+
+/* Q4_K's and Q5_K's eight 6-bit scales (bytes 0-7) and mins (8-15), as k4_scales gives them,
+ * from the 12 bytes at s12 (16 read: the block goes on past them). */
+SIMD static inline __m128i k4_scales_v(const uint8_t *s12)
+{
+    const __m128i a = _mm_loadu_si128((const __m128i *)s12); /* a0 a1 a2 - */
+    /* a0 & 3f, a2 & 0f, a1 & 3f, (a2 >> 4) & 0f */
+    const __m128i lo = _mm_and_si128(
+        _mm_srlv_epi32(_mm_shuffle_epi32(a, _MM_SHUFFLE(2, 1, 2, 0)), _mm_setr_epi32(0, 0, 0, 4)),
+        _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    /* the top 2 bits of a0 and a1 as bits 4-5 of u1 and u3 */
+    const __m128i hi =
+        _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(a, _MM_SHUFFLE(1, 1, 0, 0)), 2),
+                      _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm_or_si128(lo, hi);
 }
 
 /* F(..., R) with the row count R a constant (1 to Q8_GROUP_ROWS; more rows as that many): the
@@ -459,11 +495,7 @@ SIMD void qk_rows_unpacked_avx2(int type, const void *w, int n, int64_t k, const
 /* AVX-512 VNNI. The m (<= 16) weight rows at w, rb bytes apart, all nb blocks of 32: their
  * scales (vt_scales_*), and their scales and repacked weights (vt_pack_*). */
 VNNI512 void qk_vt_scales_q8_0(const char *w, size_t rb, int m, int64_t nb, const vt_w *t);
-VNNI512 void qk_vt_scales_q4_k(const char *w, size_t rb, int m, int64_t nb, const vt_w *t);
-VNNI512 void qk_vt_scales_q6_k(const char *w, size_t rb, int m, int64_t nb, const vt_w *t, bool sc);
 VNNI512 void qk_vt_pack_q8_0(const char *w, size_t rb, int m, int64_t nb, const vt_w *t);
-VNNI512 void qk_vt_pack_q4_k(const char *w, size_t rb, int m, int64_t nb, const vt_w *t);
-VNNI512 void qk_vt_pack_q6_k(const char *w, size_t rb, int m, int64_t nb, const vt_w *t);
 /* The unpacked types whose scales and offsets go per 32 elements (all but Q2_K and Q3_K):
  * whether they take the tiles, and their pack (tmp: 16 x k bytes), into Q8_0's layout (the
  * signed grids, IQ4_NL and IQ4_XS: qk_vt_rows_q8_0) or Q4_K's (the others, unsigned with
@@ -484,13 +516,9 @@ VNNI512 void qk_vt1_unpacked(int type, const char *w, size_t rb, int m, int64_t 
                              int ld_y);
 /* R (1..VT1_ROWS) activation rows against the m (<= 16) weight rows at w, read one row after
  * the other: S[(r * 16 + i) * vt1_stride(nb) + b], the exact integer sums of block b of
- * weight row i with activation row r (the lanes past nb 0); Q8_0 also t->h. x32: 32 x the
- * pair sums of x's bytes as they lie (qk_vt1_x32), for Q6_K. */
+ * weight row i with activation row r (the lanes past nb 0); Q8_0 also t->h. x32: unused
+ * (NULL). */
 VNNI512 void qk_vt1_sums_q8_0(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
-                              const int16_t *x32, int R, int32_t *S, const vt_w *t);
-VNNI512 void qk_vt1_sums_q4_k(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
-                              const int16_t *x32, int R, int32_t *S, const vt_w *t);
-VNNI512 void qk_vt1_sums_q6_k(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
                               const int16_t *x32, int R, int32_t *S, const vt_w *t);
 /* The float steps of activation row r over its sums S (vt1_sums_*'s S + r * 16 *
  * vt1_stride(nb)) and the tile's scales (Q8_0: t->h, adding the -128 x sum of x; the others
@@ -511,10 +539,30 @@ VNNI512 void qk_vt_rows_q4_k(const vt_w *w, int64_t nb, const vt_x *x, int r0, i
                              float *y, int ld_y, __mmask16 mask);
 VNNI512 void qk_vt_rows_q6_k(const vt_w *w, int64_t nb, const vt_x *x, int r0, int R, float beta,
                              float *y, int ld_y, __mmask16 mask);
-/* The activation rows block-major with their integer sums (vt_x), and 32 x each pair sum of
- * a single row's bytes (Q6_K's offset). */
+/* Q4_K and Q6_K with AVX-512 VNNI (quant_kquants.c), Q8_K activations: for each weight row,
+ * activation row and 256 elements, the exact integer sum I of the products times the
+ * sub-block scales (Q6_K: of q - 32), and for Q4_K the exact sum M of the minimums times the
+ * activations' sums per 32; then one float step, acc = fma(I, d dx, acc), and for Q4_K
+ * acc = fnmadd(M, dmin dx, acc). The tiles (qk_kt_rows_*, up to VT_ROWS rows of x over a
+ * packed tile) and one row against the weights as they lie (qk_kt1_*) take those steps in
+ * the same order, so a row alone and in a batch get the same bits. */
+VNNI512 void qk_kt_pack_q4_k(const char *w, size_t rb, int m, int64_t nb, const kt_w *t);
+VNNI512 void qk_kt_pack_q6_k(const char *w, size_t rb, int m, int64_t nb, const kt_w *t);
+VNNI512 void qk_kt_rows_q4_k(const kt_w *w, int64_t nb, const kt_x *x, int r0, int R, float beta,
+                             float *y, int ld_y, __mmask16 mask);
+VNNI512 void qk_kt_rows_q6_k(const kt_w *w, int64_t nb, const kt_x *x, int r0, int R, float beta,
+                             float *y, int ld_y, __mmask16 mask);
+/* One activation row (Q8_K: xq8's kq, kd, ks; Q4_K kt_x's q1) times the m (<= 16) weight rows
+ * at w (rb bytes apart), into y's m columns (y = beta y + w x). */
+VNNI512 void qk_kt1_q4_k(const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a,
+                         float beta, float *y);
+VNNI512 void qk_kt1_q6_k(const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a,
+                         float beta, float *y);
+/* The Q8_K rows of xq (rows x k, k a multiple of 256) laid out for the tiles. */
+VNNI512 void qk_kt_layout(const xq8 *xq, int rows, int64_t k, const kt_x *t);
+
+/* The activation rows block-major with their integer sums (vt_x). */
 VNNI512 void qk_vt_layout(const xq8 *xq, int rows, int64_t k, const vt_x *t);
-VNNI512 void qk_vt1_x32(const int8_t *xq, int64_t k, int16_t *x32);
 
 #endif /* QK_X86 */
 

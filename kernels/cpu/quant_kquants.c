@@ -343,47 +343,49 @@ ROWS_DISPATCH(qk_rows_q6_k_avx2, SIMD, blk_q6_k)
 
 /* ---- AVX-512 VNNI ------------------------------------------------------------------- */
 
-/* Q4_K scales: per 256 elements, d, dmin and the 6-bit (scale, min) pairs unpacked in
- * vectors (as scale_min_k4): t->a = d sc_j, t->m = dmin m_j. */
-VNNI512 void qk_vt_scales_q4_k(const char *w, size_t rb, int m, int64_t nb, const vt_w *t)
+
+/* Q4_K and Q6_K take Q8_K activations here (one scale per 256, llama.cpp's), so that each
+ * 256 weights end in exact integers and one float step (quant_internal.h, qk_kt_*): one row
+ * then dots the weights as they lie at the cost of a few integer sums per 256, where with a
+ * float step per block of 32 it had to store every block's sum and turn 16 rows' sums into
+ * vectors to add them in the tiles' order (the scales gathered apart): that took half of its
+ * time with the weights in the cache. */
+
+/* Q4_K, 16 rows rb bytes apart: d, dmin, the scales per block and the minimums in pairs, as
+ * the tiles read them (from the 12 bytes as scale_min_k4 unpacks them); and the nibbles of
+ * each 32 bytes as two blocks. */
+VNNI512 void qk_kt_pack_q4_k(const char *w, size_t rb, int m, int64_t nb, const kt_w *t)
 {
     const __mmask16 mask = (__mmask16)((1u << m) - 1);
     const __m512i idx = vt_row_offsets(rb), z = _mm512_setzero_si512();
     const __m512i m6 = _mm512_set1_epi32(63), m2 = _mm512_set1_epi32(3),
-                  m4s = _mm512_set1_epi32(15);
+                  m4s = _mm512_set1_epi32(15), m4 = _mm512_set1_epi32(0x0F0F0F0F);
     for (int64_t sb = 0; sb < nb / 8; sb++) {
         const char *base = w + sb * (int64_t)sizeof(blk_q4_k);
         const __m512i dd = _mm512_mask_i32gather_epi32(z, mask, idx, base, 1);
-        const __m512 d = vt_f16x16(dd), dmin = vt_f16x16(_mm512_srli_epi32(dd, 16));
+        _mm512_storeu_ps(t->d + sb * 16, vt_f16x16(dd));
+        _mm512_storeu_ps(t->dmin + sb * 16, vt_f16x16(_mm512_srli_epi32(dd, 16)));
         const __m512i D0 = _mm512_mask_i32gather_epi32(z, mask, idx, base + 4, 1);
         const __m512i D1 = _mm512_mask_i32gather_epi32(z, mask, idx, base + 8, 1);
         const __m512i D2 = _mm512_mask_i32gather_epi32(z, mask, idx, base + 12, 1);
-        float *a = t->a + sb * 8 * 16, *mm = t->m + sb * 8 * 16;
+        __m512i mn[8];
         for (int j = 0; j < 4; j++) {
             const __m512i b0 = _mm512_srli_epi32(D0, 8 * j), b1 = _mm512_srli_epi32(D1, 8 * j);
             const __m512i b2 = _mm512_srli_epi32(D2, 8 * j);
-            const __m512i sc = _mm512_and_si512(b0, m6), mn = _mm512_and_si512(b1, m6);
-            const __m512i sc4 = _mm512_or_si512(
-                _mm512_and_si512(b2, m4s),
-                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(b0, 6), m2), 4));
-            const __m512i mn4 = _mm512_or_si512(
+            _mm512_storeu_si512(t->sc + (sb * 8 + j) * 16, _mm512_and_si512(b0, m6));
+            _mm512_storeu_si512(
+                t->sc + (sb * 8 + j + 4) * 16,
+                _mm512_or_si512(
+                    _mm512_and_si512(b2, m4s),
+                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(b0, 6), m2), 4)));
+            mn[j] = _mm512_and_si512(b1, m6);
+            mn[j + 4] = _mm512_or_si512(
                 _mm512_and_si512(_mm512_srli_epi32(b2, 4), m4s),
                 _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(b1, 6), m2), 4));
-            _mm512_storeu_ps(a + j * 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
-            _mm512_storeu_ps(mm + j * 16, _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn)));
-            _mm512_storeu_ps(a + (j + 4) * 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc4)));
-            _mm512_storeu_ps(mm + (j + 4) * 16, _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn4)));
         }
-    }
-}
-
-/* Q4_K: the scales as above, and the nibbles of each 32 bytes as two blocks. */
-VNNI512 void qk_vt_pack_q4_k(const char *w, size_t rb, int m, int64_t nb, const vt_w *t)
-{
-    const __m512i m4 = _mm512_set1_epi32(0x0F0F0F0F);
-    qk_vt_scales_q4_k(w, rb, m, nb, t);
-    for (int64_t sb = 0; sb < nb / 8; sb++) {
-        const char *base = w + sb * (int64_t)sizeof(blk_q4_k);
+        for (int p = 0; p < 4; p++)
+            _mm512_storeu_si512(t->mn + (sb * 4 + p) * 16,
+                                _mm512_or_si512(mn[2 * p], _mm512_slli_epi32(mn[2 * p + 1], 16)));
         for (int jj = 0; jj < 4; jj++) {
             __m512i v[8];
             vt_transpose(base + 16 + 32 * jj, rb, m, v);
@@ -397,41 +399,27 @@ VNNI512 void qk_vt_pack_q4_k(const char *w, size_t rb, int m, int64_t nb, const 
     }
 }
 
-/* Q6_K: per 256 elements, d (read as the upper half of the dword ending the block), the
- * sixteen int8 scales, and the 6-bit values of each 32-element chunk (see Q6K_ROWS_KERNEL). */
-/* Q6_K scales: t->a = d for every block of 32; with sc, t->sc = the two int8 scales of
- * each (their 16 elements). */
-VNNI512 void qk_vt_scales_q6_k(const char *w, size_t rb, int m, int64_t nb, const vt_w *t, bool sc)
+/* Q6_K, 16 rows: d, the sixteen int8 scales of each 256 (two a block), and the 6-bit values
+ * of each 32-element chunk (Q6K_ROWS_KERNEL's chunks) as unsigned bytes. */
+VNNI512 void qk_kt_pack_q6_k(const char *w, size_t rb, int m, int64_t nb, const kt_w *t)
 {
     const __mmask16 mask = (__mmask16)((1u << m) - 1);
     const __m512i idx = vt_row_offsets(rb), z = _mm512_setzero_si512();
-    for (int64_t sb = 0; sb < nb / 8; sb++) {
-        const char *base = w + sb * (int64_t)sizeof(blk_q6_k);
-        const __m512 d = vt_f16x16(
-            _mm512_srli_epi32(_mm512_mask_i32gather_epi32(z, mask, idx, base + 206, 1), 16));
-        __m512i S[4];
-        for (int i = 0; i < 4 && sc; i++)
-            S[i] = _mm512_mask_i32gather_epi32(z, mask, idx, base + 192 + 4 * i, 1);
-        for (int c32 = 0; c32 < 8; c32++) {
-            const int64_t b = sb * 8 + c32;
-            _mm512_storeu_ps(t->a + b * 16, d);
-            for (int hh = 0; hh < 2 && sc; hh++) {
-                const int G = 2 * c32 + hh; /* scales[G], a signed byte */
-                _mm512_storeu_si512(
-                    t->sc + (b * 2 + hh) * 16,
-                    _mm512_srai_epi32(_mm512_slli_epi32(S[G / 4], 24 - 8 * (G % 4)), 24));
-            }
-        }
-    }
-}
-
-VNNI512 void qk_vt_pack_q6_k(const char *w, size_t rb, int m, int64_t nb, const vt_w *t)
-{
     const __m512i m4 = _mm512_set1_epi32(0x0F0F0F0F);
     const __m512i m2 = _mm512_set1_epi32(0x03030303);
-    qk_vt_scales_q6_k(w, rb, m, nb, t, true);
     for (int64_t sb = 0; sb < nb / 8; sb++) {
         const char *base = w + sb * (int64_t)sizeof(blk_q6_k);
+        /* d: the upper half of the dword ending the block */
+        _mm512_storeu_ps(t->d + sb * 16,
+                         vt_f16x16(_mm512_srli_epi32(
+                             _mm512_mask_i32gather_epi32(z, mask, idx, base + 206, 1), 16)));
+        __m512i S[4];
+        for (int i = 0; i < 4; i++)
+            S[i] = _mm512_mask_i32gather_epi32(z, mask, idx, base + 192 + 4 * i, 1);
+        for (int G = 0; G < 16; G++) /* scales[G], a signed byte */
+            _mm512_storeu_si512(
+                t->sc + (sb * 16 + G) * 16,
+                _mm512_srai_epi32(_mm512_slli_epi32(S[G / 4], 24 - 8 * (G % 4)), 24));
         for (int h = 0; h < 2; h++) {
             __m512i vl0[8], vl1[8], vh[8];
             vt_transpose(base + 64 * h, rb, m, vl0);
@@ -459,108 +447,234 @@ VNNI512 void qk_vt_pack_q6_k(const char *w, size_t rb, int m, int64_t nb, const 
     }
 }
 
-/* One weight row after the other, as for Q8_0 (quant_q8_0.c): the 8 blocks of each 256
- * elements summed together. Q4_K: each 32 bytes of q are [low nibbles | high nibbles], the two
- * blocks they hold. */
-VNNI512 static inline __attribute__((always_inline)) void
-vt1_sums_q4_k(const char *w, size_t rb, int m, int64_t nb, const vt_x *x, const int R, int32_t *S)
+/* y[0..15] (mask: the columns that exist) = acc, or beta y + acc: the tiles and one row store
+ * through this. */
+VNNI512 static inline __attribute__((always_inline)) void kt_store(float *yr, __m512 v, float beta,
+                                                                   __mmask16 mask)
 {
-    const int64_t ld = vt1_stride(nb);
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    for (int i = 0; i < m; i++) {
-        const char *wr = w + (size_t)i * rb;
-        for (int64_t sb = 0; sb < nb / 8; sb++) {
-            const char *base = wr + sb * (int64_t)sizeof(blk_q4_k);
-            __m256i q[8];
-#pragma GCC unroll 4
-            for (int jj = 0; jj < 4; jj++) {
-                const __m256i v = _mm256_loadu_si256((const __m256i *)(base + 16 + 32 * jj));
-                q[2 * jj] = _mm256_and_si256(v, m4);
-                q[2 * jj + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            }
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                __m256i v[8];
+    if (beta != 0.0f)
+        v = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(mask, yr)), v);
+    _mm512_mask_storeu_ps(yr, mask, v);
+}
+
+/* The R (a constant, 1..VT_ROWS) activation rows from r0 times the tile into y's 16 columns:
+ * per block of 32, 8 vpdpbusd per row as in vt_kernel (quant_vnni.c), the block's exact sum
+ * times its scales added in integers (Q6_K: from -32 x the sum of x per 16, so that q - 32
+ * is dotted); per 256, Q4_K's minimums times the sums of x per 32 (vpdpwssd on int16 pairs),
+ * and the float step. */
+VNNI512 static inline __attribute__((always_inline)) void
+kt_kernel(const int TYPE, const int R, const kt_w *w, int64_t nb, const kt_x *x, int r0, float beta,
+          float *y, int ld_y, __mmask16 mask)
+{
+    __m512 acc[VT_ROWS];
+    const int rows = x->rows;
 #pragma GCC unroll 8
-                for (int j = 0; j < 8; j++)
-                    v[j] = _mm256_dpbusd_epi32(
-                        _mm256_setzero_si256(), q[j],
-                        _mm256_loadu_si256(
-                            (const __m256i *)(x->q + ((sb * 8 + j) * x->rows + r) * 32)));
-                _mm256_storeu_si256((__m256i *)(S + (r * 16 + i) * ld + sb * 8), vt1_reduce(v));
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < nb / 8; sb++) {
+        __m512i I[VT_ROWS];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) I[r] = _mm512_setzero_si512();
+        for (int64_t b = sb * 8; b < sb * 8 + 8; b++) {
+            const uint8_t *wq = w->q + b * 512;
+            const int8_t *xq = x->q + ((size_t)b * rows + r0) * 32;
+            for (int h = 0; h < (TYPE == Q_Q6_K ? 2 : 1); h++) {
+                __m512i p[VT_ROWS];
+#pragma GCC unroll 8
+                for (int r = 0; r < R; r++)
+                    p[r] = TYPE == Q_Q6_K ? _mm512_set1_epi32(x->c16[(2 * b + h) * rows + r0 + r])
+                                          : _mm512_setzero_si512();
+                const int g0 = TYPE == Q_Q6_K ? 4 * h : 0, g1 = TYPE == Q_Q6_K ? g0 + 4 : 8;
+#pragma GCC unroll 8
+                for (int g = g0; g < g1; g++) {
+                    const __m512i wv = _mm512_loadu_si512(wq + 64 * g);
+#pragma GCC unroll 8
+                    for (int r = 0; r < R; r++) {
+                        int32_t xv;
+                        memcpy(&xv, xq + 32 * r + 4 * g, 4);
+                        p[r] = _mm512_dpbusd_epi32(p[r], wv, _mm512_set1_epi32(xv));
+                    }
+                }
+                const __m512i sc =
+                    _mm512_loadu_si512(w->sc + (TYPE == Q_Q6_K ? (2 * b + h) * 16 : b * 16));
+#pragma GCC unroll 8
+                for (int r = 0; r < R; r++)
+                    I[r] = _mm512_add_epi32(I[r], _mm512_mullo_epi32(p[r], sc));
+            }
+        }
+        const __m512 d = _mm512_loadu_ps(w->d + sb * 16);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const float dx = x->d[sb * rows + r0 + r];
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[r]), _mm512_mul_ps(d, _mm512_set1_ps(dx)),
+                                     acc[r]);
+            if (TYPE == Q_Q4_K) {
+                const int32_t *bs = x->bs + ((size_t)sb * rows + r0 + r) * 4;
+                __m512i M = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                for (int p = 0; p < 4; p++)
+                    M = _mm512_dpwssd_epi32(M, _mm512_loadu_si512(w->mn + (sb * 4 + p) * 16),
+                                            _mm512_set1_epi32(bs[p]));
+                acc[r] = _mm512_fnmadd_ps(
+                    _mm512_cvtepi32_ps(M),
+                    _mm512_mul_ps(_mm512_loadu_ps(w->dmin + sb * 16), _mm512_set1_ps(dx)), acc[r]);
             }
         }
     }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) kt_store(y + (size_t)(r0 + r) * ld_y, acc[r], beta, mask);
 }
 
-VNNI512 void qk_vt1_sums_q4_k(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
-                              const int16_t *x32, int R, int32_t *S, const vt_w *t)
+#define KT_DISPATCH(name, TYPE)                                                                    \
+    VNNI512 void name(const kt_w *w, int64_t nb, const kt_x *x, int r0, int R, float beta,         \
+                      float *y, int ld_y, __mmask16 mask)                                          \
+    {                                                                                              \
+        switch (R) {                                                                               \
+        case 1: kt_kernel(TYPE, 1, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
+        case 2: kt_kernel(TYPE, 2, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
+        case 3: kt_kernel(TYPE, 3, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
+        case 4: kt_kernel(TYPE, 4, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
+        case 5: kt_kernel(TYPE, 5, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
+        case 6: kt_kernel(TYPE, 6, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
+        case 7: kt_kernel(TYPE, 7, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
+        default: kt_kernel(TYPE, 8, w, nb, x, r0, beta, y, ld_y, mask); break;                     \
+        }                                                                                          \
+    }
+KT_DISPATCH(qk_kt_rows_q4_k, Q_Q4_K)
+KT_DISPATCH(qk_kt_rows_q6_k, Q_Q6_K)
+
+/* The exact sums I (lane 0) and M (lane 1) of 8 + 8 int32 lanes, as floats. */
+VNNI512 static inline __attribute__((always_inline)) __m128 kt1_sums(__m256i I, __m256i M)
 {
-    (void)x32, (void)t;
-    VT1_BY_ROWS(R, vt1_sums_q4_k, w, rb, m, nb, x, S);
+    const __m256i h = _mm256_hadd_epi32(I, M); /* I01 I23 M01 M23 | I45 I67 M45 M67 */
+    const __m256i h2 = _mm256_hadd_epi32(h, h);
+    return _mm_cvtepi32_ps(
+        _mm_add_epi32(_mm256_castsi256_si128(h2), _mm256_extracti128_si256(h2, 1)));
 }
 
-/* Q6_K: per half of 128 elements, its four blocks as 6-bit values (Q6K_ROWS_KERNEL's
- * chunks); maddubs pairs minus 32 x the pair sums of x (x32) are the pairs of (q - 32) x, and
- * one madd with the block's two 16-element scales gives vt_kernel's scaled block sums. */
-VNNI512 static inline __attribute__((always_inline)) void
-vt1_sums_q6_k(const char *w, size_t rb, int m, int64_t nb, const vt_x *x, const int R, int32_t *S,
-              const int16_t *x32)
+/* One row's float steps at each 256, as kt_kernel's lanes take them: f = (I, M), s its d and
+ * dmin as floats (Q6_K: M 0 and dmin unused), dx the row's scale. */
+VNNI512 static inline __attribute__((always_inline)) __m128 kt1_step(const int TYPE, __m128 acc,
+                                                                     __m128 f, __m128 s, float dx)
 {
-    const int64_t ld = vt1_stride(nb);
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    __m256i pick[8]; /* block j's scales: words 2j (lanes 0-7) and 2j + 1 (lanes 8-15) */
-    for (int j = 0; j < 8; j++)
-        pick[j] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)(2 * j))),
-                                          _mm_set1_epi16((short)(2 * j + 1)), 1);
+    const __m128 sdx = _mm_mul_ps(s, _mm_set1_ps(dx));
+    acc = _mm_fmadd_ss(f, sdx, acc);
+    if (TYPE == Q_Q4_K) acc = _mm_fnmadd_ss(_mm_movehdup_ps(f), _mm_movehdup_ps(sdx), acc);
+    return acc;
+}
+
+/* Q4_K, one row: each 64 bytes of q hold blocks 4i and 4i + 2 in their low nibbles, 4i + 1
+ * and 4i + 3 in their high ones, dotted with x in that order (kt_x's q1): maddubs pairs,
+ * and vpdpwssd multiplies in each block's scale (a pshufb of the 8 scales in int16, each
+ * 128 bits the same) and adds, in two chains. The minimums: the int16 sums of x per 16
+ * (Q8_K's) by the minimum of their block, in pairs. */
+VNNI512 void qk_kt1_q4_k(const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a,
+                         float beta, float *y)
+{
+    const xq8 *x = &a->xq;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512i pick[4]; /* int16 lanes 0-15 of the low nibbles of 64 bytes: scale of block 4 (j / 2)
+                      * + j % 2, lanes 16-31: of that + 2 */
+    for (int j = 0; j < 4; j++) {
+        int8_t ix[64];
+        for (int t = 0; t < 64; t++)
+            ix[t] = (int8_t)(2 * (4 * (j / 2) + j % 2 + 2 * (t >= 32)) + (t & 1));
+        pick[j] = _mm512_loadu_si512(ix);
+    }
+    const __m256i dup = _mm256_setr_epi8(0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7, 8, 9, 8, 9,
+                                         10, 11, 10, 11, 12, 13, 12, 13, 14, 15, 14, 15);
+    float out[VT_COLS] = {0};
     for (int i = 0; i < m; i++) {
-        const char *wr = w + (size_t)i * rb;
-        for (int64_t sb = 0; sb < nb / 8; sb++) {
-            const char *base = wr + sb * (int64_t)sizeof(blk_q6_k);
-            const __m256i sc16 =
-                _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(base + 192)));
-            __m256i q[8];
+        const blk_q4_k *b = (const blk_q4_k *)(w + (size_t)i * rb);
+        __m128 acc = _mm_setzero_ps();
+        for (int64_t sb = 0; sb < nb / 8; sb++, b++) {
+            const __m128i u = k4_scales_v(b->scales); /* 8 scales, 8 minimums */
+            const __m512i sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(u));
+            const int8_t *xq = a->kt.q1 + sb * QK_K;
+            __m512i I0 = _mm512_setzero_si512(), I1 = I0;
+#pragma GCC unroll 2
+            for (int j2 = 0; j2 < 2; j2++) {
+                const __m512i qv = _mm512_loadu_si512(b->qs + 64 * j2);
+                const __m512i lo = _mm512_and_si512(qv, m4);
+                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(qv, 4), m4);
+                I0 = _mm512_dpwssd_epi32(
+                    I0, _mm512_maddubs_epi16(lo, _mm512_loadu_si512(xq + 128 * j2)),
+                    _mm512_shuffle_epi8(sc16, pick[2 * j2]));
+                I1 = _mm512_dpwssd_epi32(
+                    I1, _mm512_maddubs_epi16(hi, _mm512_loadu_si512(xq + 128 * j2 + 64)),
+                    _mm512_shuffle_epi8(sc16, pick[2 * j2 + 1]));
+            }
+            const __m512i I = _mm512_add_epi32(I0, I1);
+            /* each minimum twice (its two 16s), by Q8_K's sums per 16 */
+            const __m256i mn = _mm256_shuffle_epi8(
+                _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(u, 8))), dup);
+            const __m256i M =
+                _mm256_madd_epi16(mn, _mm256_loadu_si256((const __m256i *)(x->ks + sb * 16)));
+            const __m256i I8 =
+                _mm256_add_epi32(_mm512_castsi512_si256(I), _mm512_extracti64x4_epi64(I, 1));
+            int dd; /* d, dmin */
+            memcpy(&dd, b, sizeof dd);
+            const __m128 s = _mm_cvtph_ps(_mm_cvtsi32_si128(dd));
+            acc = kt1_step(Q_Q4_K, acc, kt1_sums(I8, M), s, x->kd[sb]);
+        }
+        out[i] = _mm_cvtss_f32(acc);
+    }
+    kt_store(y, _mm512_loadu_ps(out), beta, (__mmask16)((1u << m) - 1));
+}
+
+/* Q6_K, one row: per half of 128 elements, ql's 64 bytes (low nibbles: chunks 0 and 1, high:
+ * 2 and 3, x as it lies) with qh's 32 broadcast to both halves and shifted per half to bits
+ * 4-5; maddubs pairs, vpdpwssd by the scale of each 16 (two chains); less 32 x each scale x
+ * the sums of x per 16 (Q8_K's). */
+VNNI512 void qk_kt1_q6_k(const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a,
+                         float beta, float *y)
+{
+    const xq8 *x = &a->xq;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const __m512i shl =
+        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(4)), _mm256_set1_epi16(2), 1);
+    const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    __m512i pick[4]; /* int16 lane t of the z-th 64 elements: the scale of 16s 4z + t / 8 */
+    for (int zz = 0; zz < 4; zz++) {
+        int16_t ix[32];
+        for (int t = 0; t < 32; t++) ix[t] = (int16_t)(4 * zz + t / 8);
+        pick[zz] = _mm512_loadu_si512(ix);
+    }
+    float out[VT_COLS] = {0};
+    for (int i = 0; i < m; i++) {
+        const blk_q6_k *b = (const blk_q6_k *)(w + (size_t)i * rb);
+        __m128 acc = _mm_setzero_ps();
+        for (int64_t sb = 0; sb < nb / 8; sb++, b++) {
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+            const __m512i scz = _mm512_inserti64x4(_mm512_castsi256_si512(sc16), sc16, 1);
+            const int8_t *xq = x->kq + sb * QK_K;
+            __m512i I0 = _mm512_setzero_si512(), I1 = I0;
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
-                const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(base + 64 * h));
-                const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(base + 64 * h + 32));
-                const __m256i qh = _mm256_loadu_si256((const __m256i *)(base + 128 + 32 * h));
-                /* low nibble from ql (or ql >> 4), bits 4-5 from qh: ternary blend on m4 */
-                q[4 * h] = _mm256_ternarylogic_epi32(
-                    m4, ql0, _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30), 0xCA);
-                q[4 * h + 1] = _mm256_ternarylogic_epi32(
-                    m4, ql1, _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30), 0xCA);
-                q[4 * h + 2] = _mm256_ternarylogic_epi32(m4, _mm256_srli_epi16(ql0, 4),
-                                                         _mm256_and_si256(qh, m30), 0xCA);
-                q[4 * h + 3] = _mm256_ternarylogic_epi32(
-                    m4, _mm256_srli_epi16(ql1, 4), _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30),
+                const __m512i L = _mm512_loadu_si512(b->ql + 64 * h);
+                const __m512i H =
+                    _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qh + 32 * h)));
+                const __m512i q0 = _mm512_ternarylogic_epi32(
+                    m4, L, _mm512_and_si512(_mm512_sllv_epi16(H, shl), m30), 0xCA);
+                const __m512i q1 = _mm512_ternarylogic_epi32(
+                    m4, _mm512_srli_epi16(L, 4), _mm512_and_si512(_mm512_srlv_epi16(H, shr), m30),
                     0xCA);
+                const __m512i p0 = _mm512_maddubs_epi16(q0, _mm512_loadu_si512(xq + 128 * h));
+                const __m512i p1 = _mm512_maddubs_epi16(q1, _mm512_loadu_si512(xq + 128 * h + 64));
+                I0 = _mm512_dpwssd_epi32(I0, p0, _mm512_permutexvar_epi16(pick[2 * h], scz));
+                I1 = _mm512_dpwssd_epi32(I1, p1, _mm512_permutexvar_epi16(pick[2 * h + 1], scz));
             }
-            __m256i sc[8];
-#pragma GCC unroll 8
-            for (int j = 0; j < 8; j++) sc[j] = _mm256_permutexvar_epi16(pick[j], sc16);
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                __m256i v[8];
-#pragma GCC unroll 8
-                for (int j = 0; j < 8; j++) {
-                    const int64_t xb = (sb * 8 + j) * x->rows + r;
-                    const __m256i xv = _mm256_loadu_si256((const __m256i *)(x->q + xb * 32));
-                    const __m256i z = _mm256_loadu_si256((const __m256i *)(x32 + xb * 16));
-                    v[j] = _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(q[j], xv), z),
-                                             sc[j]);
-                }
-                _mm256_storeu_si256((__m256i *)(S + (r * 16 + i) * ld + sb * 8), vt1_reduce(v));
-            }
+            const __m512i I = _mm512_add_epi32(I0, I1);
+            const __m256i off =
+                _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(x->ks + sb * 16)));
+            const __m256i I8 = _mm256_sub_epi32(
+                _mm256_add_epi32(_mm512_castsi512_si256(I), _mm512_extracti64x4_epi64(I, 1)),
+                _mm256_slli_epi32(off, 5));
+            const __m128 s = _mm_cvtph_ps(_mm_cvtsi32_si128(b->d));
+            acc = kt1_step(Q_Q6_K, acc, kt1_sums(I8, _mm256_setzero_si256()), s, x->kd[sb]);
         }
+        out[i] = _mm_cvtss_f32(acc);
     }
-}
-
-VNNI512 void qk_vt1_sums_q6_k(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
-                              const int16_t *x32, int R, int32_t *S, const vt_w *t)
-{
-    (void)t;
-    VT1_BY_ROWS(R, vt1_sums_q6_k, w, rb, m, nb, x, S, x32);
+    kt_store(y, _mm512_loadu_ps(out), beta, (__mmask16)((1u << m) - 1));
 }
 
 #endif /* QK_X86 */

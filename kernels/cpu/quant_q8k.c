@@ -332,22 +332,6 @@ SIMD static inline __m256i nib32(const uint8_t *qs)
  * a load no store forwards to, so every superblock waited for those stores to retire (IQ4_XS's
  * rows took 1.5x the time of ggml's dot, Q3_K's 1.15x). */
 
-/* Q4_K's and Q5_K's eight 6-bit scales (bytes 0-7) and mins (8-15), as k4_scales gives them,
- * from the 12 bytes at s12 (16 read: the block goes on past them). */
-SIMD static inline __m128i k4_scales_v(const uint8_t *s12)
-{
-    const __m128i a = _mm_loadu_si128((const __m128i *)s12); /* a0 a1 a2 - */
-    /* a0 & 3f, a2 & 0f, a1 & 3f, (a2 >> 4) & 0f */
-    const __m128i lo = _mm_and_si128(
-        _mm_srlv_epi32(_mm_shuffle_epi32(a, _MM_SHUFFLE(2, 1, 2, 0)), _mm_setr_epi32(0, 0, 0, 4)),
-        _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
-    /* the top 2 bits of a0 and a1 as bits 4-5 of u1 and u3 */
-    const __m128i hi =
-        _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(a, _MM_SHUFFLE(1, 1, 0, 0)), 2),
-                      _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
-    return _mm_or_si128(lo, hi);
-}
-
 /* Q3_K's sixteen 6-bit scales less their bias 32 (q3k_scales_signed), int8. */
 SIMD static inline __m128i q3k_scales_v(const blk_q3_k *x)
 {

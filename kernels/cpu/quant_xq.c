@@ -78,14 +78,6 @@ SIMD void qk_xq8_row_avx2(const float *x, int8_t *q, float *d, float *s, int64_t
 
 /* ---- AVX-512 VNNI layouts ----------------------------------------------------------- */
 
-/* 32 x the sums of each pair of bytes of the activation row (Q6_K's offset), k/2 of them. */
-VNNI512 void qk_vt1_x32(const int8_t *xq, int64_t k, int16_t *x32)
-{
-    const __m512i c32 = _mm512_set1_epi8(32);
-    for (int64_t e = 0; e < k; e += 64)
-        _mm512_storeu_si512(x32 + e / 2, _mm512_maddubs_epi16(c32, _mm512_loadu_si512(xq + e)));
-}
-
 /* The rows of xq (row-major, as the kernels above take them) block-major, with the integer
  * sums Q8_0 and Q6_K start from. */
 VNNI512 void qk_vt_layout(const xq8 *xq, int rows, int64_t k, const vt_x *t)
@@ -108,15 +100,39 @@ VNNI512 void qk_vt_layout(const xq8 *xq, int rows, int64_t k, const vt_x *t)
         }
 }
 
+/* The Q8_K rows block-major for the K tiles (qk_kt_rows_*), with the sums they start from:
+ * Q4_K's per 32 in int16 pairs, Q6_K's -32 x those per 16. */
+VNNI512 void qk_kt_layout(const xq8 *xq, int rows, int64_t k, const kt_x *t)
+{
+    const int64_t nb = k / 32, nsb = k / QK_K;
+    for (int r = 0; r < rows; r++) {
+        for (int64_t b = 0; b < nb; b++)
+            _mm256_storeu_si256(
+                (__m256i *)(t->q + ((size_t)b * rows + r) * 32),
+                _mm256_loadu_si256((const __m256i *)(xq->kq + (size_t)r * k + b * 32)));
+        const int16_t *ks = xq->ks + (size_t)r * (k / 16);
+        for (int64_t sb = 0; sb < nsb; sb++) {
+            t->d[sb * rows + r] = xq->kd[(size_t)r * nsb + sb];
+            for (int p = 0; p < 4; p++) {
+                const int16_t *g = ks + sb * 16 + 4 * p;
+                const uint32_t lo = (uint16_t)(g[0] + g[1]), hi = (uint16_t)(g[2] + g[3]);
+                t->bs[((size_t)sb * rows + r) * 4 + p] = (int32_t)(lo | hi << 16);
+            }
+        }
+        for (int64_t g = 0; g < k / 16; g++) t->c16[g * rows + r] = -32 * ks[g];
+    }
+}
+
 #endif /* QK_X86 */
 
 /* ---- q_xq --------------------------------------------------------------------------- */
 
 /* Whether rows of k elements get Q8_K too: where the K types' integer path reads it (up to
- * Q_INT_MAX_ROWS rows; with AVX-512 VNNI, for the K types other than Q4_K and Q6_K). */
-static bool q8k_wanted(int rows, int k)
+ * Q_INT_MAX_ROWS rows; with AVX-512 VNNI every row count, Q4_K's and Q6_K's, with the tiles'
+ * layout kt_x). */
+static bool q8k_wanted(int rows, int k, int isa)
 {
-    return k % QK_K == 0 && rows <= Q_INT_MAX_ROWS;
+    return k % QK_K == 0 && (rows <= Q_INT_MAX_ROWS || isa >= Q_ISA_AVX512);
 }
 
 /* Whether rows get xq8.qp: where the AVX2 kernels of the 32-element unpacked types read it
@@ -128,11 +144,11 @@ static bool pairs_wanted(int rows, int isa)
 
 /* The regions of a q_xq for rows x k on isa, as offsets o[] from its 64-aligned start; returns
  * the bytes it needs (with the slack to align an unaligned buffer). */
-static size_t xq_plan(int rows, int k, int isa, size_t o[14])
+static size_t xq_plan(int rows, int k, int isa, size_t o[18])
 {
     const size_t nb = (size_t)k / 32, R = (size_t)rows;
     size_t off = sizeof(struct q_xq);
-    memset(o, 0, 14 * sizeof *o);
+    memset(o, 0, 18 * sizeof *o);
     o[9] = qk_carve(&off, R * nb * 2 * 4);
     o[0] = qk_carve(&off, R * nb * 4);
     o[1] = qk_carve(&off, R * nb * 4);
@@ -143,12 +159,17 @@ static size_t xq_plan(int rows, int k, int isa, size_t o[14])
         o[5] = qk_carve(&off, R * nb * 4);
         o[6] = qk_carve(&off, R * nb * 4);
         o[7] = qk_carve(&off, 2 * R * nb * 4);
-        o[8] = qk_carve(&off, rows == 1 ? (size_t)k : 0);
     }
-    if (q8k_wanted(rows, k)) {
+    if (q8k_wanted(rows, k, isa)) {
         o[10] = qk_carve(&off, R * (size_t)k);
         o[11] = qk_carve(&off, R * (size_t)k / QK_K * 4);
         o[12] = qk_carve(&off, R * (size_t)k / 16 * 2);
+        if (isa >= Q_ISA_AVX512) o[14] = qk_carve(&off, R * (size_t)k);
+        if (isa >= Q_ISA_AVX512 && rows > 1) {
+            o[15] = qk_carve(&off, R * (size_t)k / QK_K * 4);
+            o[16] = qk_carve(&off, R * (size_t)k / QK_K * 16);
+            o[17] = qk_carve(&off, R * (size_t)k / 16 * 4);
+        }
     }
     if (pairs_wanted(rows, isa)) o[13] = qk_carve(&off, R * (size_t)k);
     return off + 64;
@@ -156,14 +177,14 @@ static size_t xq_plan(int rows, int k, int isa, size_t o[14])
 
 size_t q_xq_bytes(int rows, int k)
 {
-    size_t o[14];
+    size_t o[18];
     return xq_plan(rows, k, q_isa(), o);
 }
 
 const q_xq *q_xq_prepare(void *mem, size_t bytes, const float *x, int rows, int k)
 {
     const int isa = q_isa();
-    size_t o[14];
+    size_t o[18];
     if (rows < 1 || k % 32 || bytes < xq_plan(rows, k, isa, o)) return NULL;
     char *buf = (char *)mem + (64 - (uintptr_t)mem % 64) % 64;
     struct q_xq *a = (struct q_xq *)buf;
@@ -192,7 +213,7 @@ const q_xq *q_xq_prepare(void *mem, size_t bytes, const float *x, int rows, int 
         for (int r = 0; r < rows; r++)
             qk_xq8_pairs(a->xq.q + (size_t)r * k, a->xq.qp + (size_t)r * k, k);
     }
-    if (q8k_wanted(rows, k)) {
+    if (q8k_wanted(rows, k, isa)) {
         a->xq.kq = (int8_t *)(buf + o[10]);
         a->xq.kd = (float *)(buf + o[11]);
         a->xq.ks = (int16_t *)(buf + o[12]);
@@ -213,9 +234,23 @@ const q_xq *q_xq_prepare(void *mem, size_t bytes, const float *x, int rows, int 
                        .c16 = (int32_t *)(buf + o[7]),
                        .rows = rows};
         qk_vt_layout(&a->xq, rows, k, &a->xt);
-        if (rows == 1) {
-            a->x32 = (int16_t *)(buf + o[8]);
-            qk_vt1_x32(a->xt.q, k, a->x32);
+        if (a->xq.kq && rows > 1) {
+            a->kt = (kt_x){.q = (int8_t *)(buf + o[14]),
+                           .d = (float *)(buf + o[15]),
+                           .bs = (int32_t *)(buf + o[16]),
+                           .c16 = (int32_t *)(buf + o[17]),
+                           .rows = rows};
+            qk_kt_layout(&a->xq, rows, k, &a->kt);
+        } else if (a->xq.kq) {
+            a->kt = (kt_x){.q1 = (int8_t *)(buf + o[14]), .rows = 1};
+            for (int64_t e = 0; e < k; e += 128) /* blocks 0 2 1 3 of each 4 */
+                for (int j = 0; j < 4; j++)
+                    memcpy(a->kt.q1 + e + 32 * j,
+                           a->xq.kq + e +
+                               32 * (j == 1   ? 2
+                                     : j == 2 ? 1
+                                              : j),
+                           32);
         }
     }
 #endif
