@@ -363,20 +363,21 @@ static bool matmul_vnni(int type, const void *w, int n, int k, const struct q_xq
     return true;
 }
 
-/* matmul_int for Q4_K and Q6_K with AVX-512 VNNI (Q8_K activations, quant_kquants.c): one row
- * dotted with the weights as they lie, a batch with repacked tiles of VT_COLS weight rows,
- * VT_ROWS activation rows at a time, both with the same integer sums and float steps. */
+/* matmul_int for Q4_K and Q6_K with AVX-512 VNNI (Q8_K activations, quant_kquants.c): up to
+ * KT1_ROWS rows dotted with the weights as they lie, a larger batch with repacked tiles of
+ * VT_COLS weight rows, VT_ROWS activation rows at a time, both with the same integer sums and
+ * float steps. */
 static bool matmul_ktiles(int type, const void *w, int n, int k, const struct q_xq *a, float beta,
                           float *y, int ld_y)
 {
     const int64_t nb = k / 32;
     const int rows = a->rows;
     const size_t rb = q_row_bytes(type, k);
-    if (rows == 1) {
+    if (rows <= KT1_ROWS) {
         for (int i0 = 0; i0 < n; i0 += VT_COLS) {
             const int m = n - i0 < VT_COLS ? n - i0 : VT_COLS;
             (type == Q_Q4_K ? qk_kt1_q4_k : qk_kt1_q6_k)((const char *)w + (size_t)i0 * rb, rb, m,
-                                                         nb, a, beta, y + i0);
+                                                         nb, a, beta, y + i0, ld_y);
         }
         return true;
     }

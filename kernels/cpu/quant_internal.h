@@ -207,10 +207,13 @@ typedef struct vt_x { /* the activation rows, block-major */
 } vt_x;
 
 /* Q4_K and Q6_K with AVX-512 VNNI (quant_kquants.c): the activations as Q8_K (xq8.kq, kd,
- * ks), and for the tiles laid out block-major as vt_x lays out blocks of 32. */
+ * ks), and for the tiles laid out block-major as vt_x lays out blocks of 32; up to KT1_ROWS
+ * rows dot the weights as they lie instead (qk_kt1_*). */
+#define KT1_ROWS 4
 typedef struct kt_x {
-    int8_t *q1;   /* one row: Q8_K's bytes, blocks 4i + 1 and 4i + 2 swapped (qk_kt1_q4_k) */
-    int8_t *q;    /* [nb][rows][32] Q8_K's bytes (a batch) */
+    int8_t *q1;   /* up to KT1_ROWS rows: Q8_K's bytes, blocks 4i + 1 and 4i + 2 swapped
+                   * (qk_kt1_q4_k), row-major */
+    int8_t *q;    /* [nb][rows][32] Q8_K's bytes (more rows) */
     float *d;     /* [nb / 8][rows] Q8_K's scale of each 256 */
     int32_t *bs;  /* [nb / 8][rows][4] Q4_K: the sums of blocks 2t and 2t + 1, two int16 */
     int32_t *c16; /* [2 nb][rows] Q6_K: -32 x the sum per 16 elements */
@@ -552,12 +555,13 @@ VNNI512 void qk_kt_rows_q4_k(const kt_w *w, int64_t nb, const kt_x *x, int r0, i
                              float *y, int ld_y, __mmask16 mask);
 VNNI512 void qk_kt_rows_q6_k(const kt_w *w, int64_t nb, const kt_x *x, int r0, int R, float beta,
                              float *y, int ld_y, __mmask16 mask);
-/* One activation row (Q8_K: xq8's kq, kd, ks; Q4_K kt_x's q1) times the m (<= 16) weight rows
- * at w (rb bytes apart), into y's m columns (y = beta y + w x). */
+/* The a->rows (1..KT1_ROWS) activation rows (Q8_K: xq8's kq, kd, ks; Q4_K kt_x's q1) times
+ * the m (<= 16) weight rows at w (rb bytes apart) as they lie, into y's m columns (y = beta y
+ * + w x; rows ld_y apart). */
 VNNI512 void qk_kt1_q4_k(const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a,
-                         float beta, float *y);
+                         float beta, float *y, int ld_y);
 VNNI512 void qk_kt1_q6_k(const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a,
-                         float beta, float *y);
+                         float beta, float *y, int ld_y);
 /* The Q8_K rows of xq (rows x k, k a multiple of 256) laid out for the tiles. */
 VNNI512 void qk_kt_layout(const xq8 *xq, int rows, int64_t k, const kt_x *t);
 

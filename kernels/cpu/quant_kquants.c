@@ -463,8 +463,8 @@ VNNI512 static inline __attribute__((always_inline)) void kt_store(float *yr, __
  * is dotted); per 256, Q4_K's minimums times the sums of x per 32 (vpdpwssd on int16 pairs),
  * and the float step. */
 VNNI512 static inline __attribute__((always_inline)) void
-kt_kernel(const int TYPE, const int R, const kt_w *w, int64_t nb, const kt_x *x, int r0, float beta,
-          float *y, int ld_y, __mmask16 mask)
+kt_kernel(const int TYPE, const kt_w *w, int64_t nb, const kt_x *x, int r0, float beta, float *y,
+          int ld_y, __mmask16 mask, const int R)
 {
     __m512 acc[VT_ROWS];
     const int rows = x->rows;
@@ -528,16 +528,7 @@ kt_kernel(const int TYPE, const int R, const kt_w *w, int64_t nb, const kt_x *x,
     VNNI512 void name(const kt_w *w, int64_t nb, const kt_x *x, int r0, int R, float beta,         \
                       float *y, int ld_y, __mmask16 mask)                                          \
     {                                                                                              \
-        switch (R) {                                                                               \
-        case 1: kt_kernel(TYPE, 1, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
-        case 2: kt_kernel(TYPE, 2, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
-        case 3: kt_kernel(TYPE, 3, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
-        case 4: kt_kernel(TYPE, 4, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
-        case 5: kt_kernel(TYPE, 5, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
-        case 6: kt_kernel(TYPE, 6, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
-        case 7: kt_kernel(TYPE, 7, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
-        default: kt_kernel(TYPE, 8, w, nb, x, r0, beta, y, ld_y, mask); break;                     \
-        }                                                                                          \
+        ROWS_BY_COUNT(R, kt_kernel, TYPE, w, nb, x, r0, beta, y, ld_y, mask)                       \
     }
 KT_DISPATCH(qk_kt_rows_q4_k, Q_Q4_K)
 KT_DISPATCH(qk_kt_rows_q6_k, Q_Q6_K)
@@ -562,15 +553,37 @@ VNNI512 static inline __attribute__((always_inline)) __m128 kt1_step(const int T
     return acc;
 }
 
-/* Q4_K, one row: each 64 bytes of q hold blocks 4i and 4i + 2 in their low nibbles, 4i + 1
- * and 4i + 3 in their high ones, dotted with x in that order (kt_x's q1): maddubs pairs,
- * and vpdpwssd multiplies in each block's scale (a pshufb of the 8 scales in int16, each
- * 128 bits the same) and adds, in two chains. The minimums: the int16 sums of x per 16
- * (Q8_K's) by the minimum of their block, in pairs. */
-VNNI512 void qk_kt1_q4_k(const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a,
-                         float beta, float *y)
+/* The exact sums of 256 bytes of x (xq) times the unpacked weights q (4 x 64 values) by the
+ * int16 scales sc of each pair: maddubs, then vpdpwssd in two chains; 8 lanes. */
+VNNI512 static inline __attribute__((always_inline)) __m256i
+kt1_dot(const __m512i q[4], const __m512i sc[4], const int8_t *xq)
+{
+    __m512i I0 = _mm512_setzero_si512(), I1 = I0;
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        I0 = _mm512_dpwssd_epi32(
+            I0, _mm512_maddubs_epi16(q[2 * h], _mm512_loadu_si512(xq + 128 * h)), sc[2 * h]);
+        I1 = _mm512_dpwssd_epi32(
+            I1, _mm512_maddubs_epi16(q[2 * h + 1], _mm512_loadu_si512(xq + 128 * h + 64)),
+            sc[2 * h + 1]);
+    }
+    const __m512i I = _mm512_add_epi32(I0, I1);
+    return _mm256_add_epi32(_mm512_castsi512_si256(I), _mm512_extracti64x4_epi64(I, 1));
+}
+
+/* Q4_K, a few rows (R, a constant, 1..KT1_ROWS) against the weights as they lie: each 64 bytes
+ * of q hold blocks 4i and 4i + 2 in their low nibbles, 4i + 1 and 4i + 3 in their high ones,
+ * dotted with x in that order (kt_x's q1): maddubs pairs, and vpdpwssd multiplies in each
+ * block's scale (a pshufb of the 8 scales in int16, each 128 bits the same) and adds, in two
+ * chains. The minimums: the int16 sums of x per 16 (Q8_K's) by the minimum of their block, in
+ * pairs. The weights are unpacked once for the R rows. */
+VNNI512 static inline __attribute__((always_inline)) void kt1_q4_k(const char *w, size_t rb, int m,
+                                                                   int64_t nb, const struct q_xq *a,
+                                                                   float beta, float *y, int ld_y,
+                                                                   const int R)
 {
     const xq8 *x = &a->xq;
+    const int64_t k = nb * 32, nsb = nb / 8;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512i pick[4]; /* int16 lanes 0-15 of the low nibbles of 64 bytes: scale of block 4 (j / 2)
                       * + j % 2, lanes 16-31: of that + 2 */
@@ -582,53 +595,56 @@ VNNI512 void qk_kt1_q4_k(const char *w, size_t rb, int m, int64_t nb, const stru
     }
     const __m256i dup = _mm256_setr_epi8(0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7, 8, 9, 8, 9,
                                          10, 11, 10, 11, 12, 13, 12, 13, 14, 15, 14, 15);
-    float out[VT_COLS] = {0};
+    float out[KT1_ROWS][VT_COLS] = {{0}};
     for (int i = 0; i < m; i++) {
         const blk_q4_k *b = (const blk_q4_k *)(w + (size_t)i * rb);
-        __m128 acc = _mm_setzero_ps();
-        for (int64_t sb = 0; sb < nb / 8; sb++, b++) {
+        __m128 acc[KT1_ROWS];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) acc[r] = _mm_setzero_ps();
+        for (int64_t sb = 0; sb < nsb; sb++, b++) {
             const __m128i u = k4_scales_v(b->scales); /* 8 scales, 8 minimums */
             const __m512i sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(u));
-            const int8_t *xq = a->kt.q1 + sb * QK_K;
-            __m512i I0 = _mm512_setzero_si512(), I1 = I0;
+            __m512i q[4], sc[4];
 #pragma GCC unroll 2
             for (int j2 = 0; j2 < 2; j2++) {
                 const __m512i qv = _mm512_loadu_si512(b->qs + 64 * j2);
-                const __m512i lo = _mm512_and_si512(qv, m4);
-                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(qv, 4), m4);
-                I0 = _mm512_dpwssd_epi32(
-                    I0, _mm512_maddubs_epi16(lo, _mm512_loadu_si512(xq + 128 * j2)),
-                    _mm512_shuffle_epi8(sc16, pick[2 * j2]));
-                I1 = _mm512_dpwssd_epi32(
-                    I1, _mm512_maddubs_epi16(hi, _mm512_loadu_si512(xq + 128 * j2 + 64)),
-                    _mm512_shuffle_epi8(sc16, pick[2 * j2 + 1]));
+                q[2 * j2] = _mm512_and_si512(qv, m4);
+                q[2 * j2 + 1] = _mm512_and_si512(_mm512_srli_epi16(qv, 4), m4);
             }
-            const __m512i I = _mm512_add_epi32(I0, I1);
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) sc[j] = _mm512_shuffle_epi8(sc16, pick[j]);
             /* each minimum twice (its two 16s), by Q8_K's sums per 16 */
             const __m256i mn = _mm256_shuffle_epi8(
                 _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(u, 8))), dup);
-            const __m256i M =
-                _mm256_madd_epi16(mn, _mm256_loadu_si256((const __m256i *)(x->ks + sb * 16)));
-            const __m256i I8 =
-                _mm256_add_epi32(_mm512_castsi512_si256(I), _mm512_extracti64x4_epi64(I, 1));
             int dd; /* d, dmin */
             memcpy(&dd, b, sizeof dd);
             const __m128 s = _mm_cvtph_ps(_mm_cvtsi32_si128(dd));
-            acc = kt1_step(Q_Q4_K, acc, kt1_sums(I8, M), s, x->kd[sb]);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const __m256i I8 = kt1_dot(q, sc, a->kt.q1 + r * k + sb * QK_K);
+                const __m256i M = _mm256_madd_epi16(
+                    mn, _mm256_loadu_si256((const __m256i *)(x->ks + r * (k / 16) + sb * 16)));
+                acc[r] = kt1_step(Q_Q4_K, acc[r], kt1_sums(I8, M), s, x->kd[r * nsb + sb]);
+            }
         }
-        out[i] = _mm_cvtss_f32(acc);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) out[r][i] = _mm_cvtss_f32(acc[r]);
     }
-    kt_store(y, _mm512_loadu_ps(out), beta, (__mmask16)((1u << m) - 1));
+    for (int r = 0; r < R; r++)
+        kt_store(y + (size_t)r * ld_y, _mm512_loadu_ps(out[r]), beta, (__mmask16)((1u << m) - 1));
 }
 
-/* Q6_K, one row: per half of 128 elements, ql's 64 bytes (low nibbles: chunks 0 and 1, high:
- * 2 and 3, x as it lies) with qh's 32 broadcast to both halves and shifted per half to bits
- * 4-5; maddubs pairs, vpdpwssd by the scale of each 16 (two chains); less 32 x each scale x
- * the sums of x per 16 (Q8_K's). */
-VNNI512 void qk_kt1_q6_k(const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a,
-                         float beta, float *y)
+/* Q6_K, a few rows: per half of 128 elements, ql's 64 bytes (low nibbles: chunks 0 and 1,
+ * high: 2 and 3, x as it lies) with qh's 32 broadcast to both halves and shifted per half to
+ * bits 4-5; maddubs pairs, vpdpwssd by the scale of each 16 (two chains); less 32 x each scale
+ * x the sums of x per 16 (Q8_K's). The weights are unpacked once for the R rows. */
+VNNI512 static inline __attribute__((always_inline)) void kt1_q6_k(const char *w, size_t rb, int m,
+                                                                   int64_t nb, const struct q_xq *a,
+                                                                   float beta, float *y, int ld_y,
+                                                                   const int R)
 {
     const xq8 *x = &a->xq;
+    const int64_t k = nb * 32, nsb = nb / 8;
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     const __m512i shl =
         _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(4)), _mm256_set1_epi16(2), 1);
@@ -639,42 +655,59 @@ VNNI512 void qk_kt1_q6_k(const char *w, size_t rb, int m, int64_t nb, const stru
         for (int t = 0; t < 32; t++) ix[t] = (int16_t)(4 * zz + t / 8);
         pick[zz] = _mm512_loadu_si512(ix);
     }
-    float out[VT_COLS] = {0};
+    float out[KT1_ROWS][VT_COLS] = {{0}};
     for (int i = 0; i < m; i++) {
         const blk_q6_k *b = (const blk_q6_k *)(w + (size_t)i * rb);
-        __m128 acc = _mm_setzero_ps();
-        for (int64_t sb = 0; sb < nb / 8; sb++, b++) {
+        __m128 acc[KT1_ROWS];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) acc[r] = _mm_setzero_ps();
+        for (int64_t sb = 0; sb < nsb; sb++, b++) {
             const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
             const __m512i scz = _mm512_inserti64x4(_mm512_castsi256_si512(sc16), sc16, 1);
-            const int8_t *xq = x->kq + sb * QK_K;
-            __m512i I0 = _mm512_setzero_si512(), I1 = I0;
+            __m512i q[4], sc[4];
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
                 const __m512i L = _mm512_loadu_si512(b->ql + 64 * h);
                 const __m512i H =
                     _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qh + 32 * h)));
-                const __m512i q0 = _mm512_ternarylogic_epi32(
+                q[2 * h] = _mm512_ternarylogic_epi32(
                     m4, L, _mm512_and_si512(_mm512_sllv_epi16(H, shl), m30), 0xCA);
-                const __m512i q1 = _mm512_ternarylogic_epi32(
+                q[2 * h + 1] = _mm512_ternarylogic_epi32(
                     m4, _mm512_srli_epi16(L, 4), _mm512_and_si512(_mm512_srlv_epi16(H, shr), m30),
                     0xCA);
-                const __m512i p0 = _mm512_maddubs_epi16(q0, _mm512_loadu_si512(xq + 128 * h));
-                const __m512i p1 = _mm512_maddubs_epi16(q1, _mm512_loadu_si512(xq + 128 * h + 64));
-                I0 = _mm512_dpwssd_epi32(I0, p0, _mm512_permutexvar_epi16(pick[2 * h], scz));
-                I1 = _mm512_dpwssd_epi32(I1, p1, _mm512_permutexvar_epi16(pick[2 * h + 1], scz));
             }
-            const __m512i I = _mm512_add_epi32(I0, I1);
-            const __m256i off =
-                _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(x->ks + sb * 16)));
-            const __m256i I8 = _mm256_sub_epi32(
-                _mm256_add_epi32(_mm512_castsi512_si256(I), _mm512_extracti64x4_epi64(I, 1)),
-                _mm256_slli_epi32(off, 5));
+#pragma GCC unroll 4
+            for (int z = 0; z < 4; z++) sc[z] = _mm512_permutexvar_epi16(pick[z], scz);
             const __m128 s = _mm_cvtph_ps(_mm_cvtsi32_si128(b->d));
-            acc = kt1_step(Q_Q6_K, acc, kt1_sums(I8, _mm256_setzero_si256()), s, x->kd[sb]);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const __m256i off = _mm256_madd_epi16(
+                    sc16, _mm256_loadu_si256((const __m256i *)(x->ks + r * (k / 16) + sb * 16)));
+                const __m256i I8 = _mm256_sub_epi32(kt1_dot(q, sc, x->kq + r * k + sb * QK_K),
+                                                    _mm256_slli_epi32(off, 5));
+                acc[r] = kt1_step(Q_Q6_K, acc[r], kt1_sums(I8, _mm256_setzero_si256()), s,
+                                  x->kd[r * nsb + sb]);
+            }
         }
-        out[i] = _mm_cvtss_f32(acc);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) out[r][i] = _mm_cvtss_f32(acc[r]);
     }
-    kt_store(y, _mm512_loadu_ps(out), beta, (__mmask16)((1u << m) - 1));
+    for (int r = 0; r < R; r++)
+        kt_store(y + (size_t)r * ld_y, _mm512_loadu_ps(out[r]), beta, (__mmask16)((1u << m) - 1));
 }
+
+#define KT1_DISPATCH(name, kern)                                                                   \
+    VNNI512 void name(const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a,           \
+                      float beta, float *y, int ld_y)                                              \
+    {                                                                                              \
+        switch (a->rows) {                                                                         \
+        case 1: kern(w, rb, m, nb, a, beta, y, ld_y, 1); break;                                    \
+        case 2: kern(w, rb, m, nb, a, beta, y, ld_y, 2); break;                                    \
+        case 3: kern(w, rb, m, nb, a, beta, y, ld_y, 3); break;                                    \
+        default: kern(w, rb, m, nb, a, beta, y, ld_y, 4); break;                                   \
+        }                                                                                          \
+    }
+KT1_DISPATCH(qk_kt1_q4_k, kt1_q4_k)
+KT1_DISPATCH(qk_kt1_q6_k, kt1_q6_k)
 
 #endif /* QK_X86 */

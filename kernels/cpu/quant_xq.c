@@ -165,7 +165,7 @@ static size_t xq_plan(int rows, int k, int isa, size_t o[18])
         o[11] = qk_carve(&off, R * (size_t)k / QK_K * 4);
         o[12] = qk_carve(&off, R * (size_t)k / 16 * 2);
         if (isa >= Q_ISA_AVX512) o[14] = qk_carve(&off, R * (size_t)k);
-        if (isa >= Q_ISA_AVX512 && rows > 1) {
+        if (isa >= Q_ISA_AVX512 && rows > KT1_ROWS) {
             o[15] = qk_carve(&off, R * (size_t)k / QK_K * 4);
             o[16] = qk_carve(&off, R * (size_t)k / QK_K * 16);
             o[17] = qk_carve(&off, R * (size_t)k / 16 * 4);
@@ -234,23 +234,19 @@ const q_xq *q_xq_prepare(void *mem, size_t bytes, const float *x, int rows, int 
                        .c16 = (int32_t *)(buf + o[7]),
                        .rows = rows};
         qk_vt_layout(&a->xq, rows, k, &a->xt);
-        if (a->xq.kq && rows > 1) {
+        if (a->xq.kq && rows > KT1_ROWS) {
             a->kt = (kt_x){.q = (int8_t *)(buf + o[14]),
                            .d = (float *)(buf + o[15]),
                            .bs = (int32_t *)(buf + o[16]),
                            .c16 = (int32_t *)(buf + o[17]),
                            .rows = rows};
             qk_kt_layout(&a->xq, rows, k, &a->kt);
-        } else if (a->xq.kq) {
-            a->kt = (kt_x){.q1 = (int8_t *)(buf + o[14]), .rows = 1};
-            for (int64_t e = 0; e < k; e += 128) /* blocks 0 2 1 3 of each 4 */
+        } else if (a->xq.kq) { /* blocks 0 2 1 3 of each 4 (qk_kt1_q4_k) */
+            static const int order[4] = {0, 2, 1, 3};
+            a->kt = (kt_x){.q1 = (int8_t *)(buf + o[14]), .rows = rows};
+            for (int64_t e = 0; e < (int64_t)rows * k; e += 128)
                 for (int j = 0; j < 4; j++)
-                    memcpy(a->kt.q1 + e + 32 * j,
-                           a->xq.kq + e +
-                               32 * (j == 1   ? 2
-                                     : j == 2 ? 1
-                                              : j),
-                           32);
+                    memcpy(a->kt.q1 + e + 32 * j, a->xq.kq + e + 32 * order[j], 32);
         }
     }
 #endif
