@@ -1,15 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The K types' integer dots with Q8_K activations (kernels/cpu/quant_q8k.c), on AVX2 and the
- * portable path (and with AVX-512 VNNI, which keeps them for all but Q4_K and Q6_K; those two
- * take Q8_K there too, in its own arithmetic: quant_kquants.c, one float step per 256):
+ * portable path (and with AVX-512 VNNI, which keeps them for Q2_K, Q3_K and IQ4_XS; Q4_K, Q5_K
+ * and Q6_K take Q8_K there too, in its own arithmetic: quant_kquants.c, one float step per
+ * 256):
  *   - the activation quantizer gives ggml's quantize_row_q8_K_ref (copied below) to the bit,
  *     portable and AVX2: the first element of the largest magnitude sets the (signed) scale,
  *     halves round to even, all-zero blocks stay zero;
  *   - Q4_K, Q6_K, Q5_K, Q3_K, Q2_K and IQ4_XS products at 1 to 4 activation rows (and odd batches up to
  *     Q_INT_MAX_ROWS), odd weight-row counts, one to three superblocks, beta 0 and 1, from
  *     quantized weights and from random blocks (every bit pattern): the portable path and
- *     AVX2 (AVX-512) give the same bits (AVX-512's Q4_K and Q6_K: the same bound of the
+ *     AVX2 (AVX-512) give the same bits (AVX-512's Q4_K, Q5_K and Q6_K: the same bound of the
  *     Q8_K product below), a row alone what it gets in a batch; each product is the
  *     product of the dequantized weights with the Q8_K-dequantized activations within float
  *     rounding (1e-5 x sum |w x|), and the dequantized weights' product with the float
@@ -234,14 +235,15 @@ Test(kernels_q8k, k_type_dots_portable_equal_avx2_and_the_q8k_product)
                                           "%s k=%d n=%d rows=%d: row %d alone differs", names[t], k,
                                           n, rows, r);
                             }
-                            /* AVX2, and AVX-512 VNNI: the AVX2 kernels' bits, or Q4_K's and
-                             * Q6_K's own within the bound of the Q8_K product, a row alone
-                             * what it gets in the batch */
+                            /* AVX2, and AVX-512 VNNI: the AVX2 kernels' bits, or Q4_K's,
+                             * Q5_K's and Q6_K's own within the bound of the Q8_K product, a
+                             * row alone what it gets in the batch */
                             for (int isa = Q_ISA_AVX2; isa <= best; isa++) {
                                 q_isa_cap(isa);
                                 cr_assert_eq(q_int_act_elems(type, rows), 256);
                                 const bool own =
-                                    isa >= Q_ISA_AVX512 && (type == Q_Q4_K || type == Q_Q6_K);
+                                    isa >= Q_ISA_AVX512 &&
+                                    (type == Q_Q4_K || type == Q_Q5_K || type == Q_Q6_K);
                                 for (int i = 0; i < rows * n; i++) got[i] = 0.25f * (i % 3);
                                 q_matmul(type, q, n, k, x, rows, (float)beta, got, n);
                                 for (int r = 0; r < rows && own; r++) {

@@ -363,7 +363,7 @@ static bool matmul_vnni(int type, const void *w, int n, int k, const struct q_xq
     return true;
 }
 
-/* matmul_int for Q4_K and Q6_K with AVX-512 VNNI (Q8_K activations, quant_kquants.c): up to
+/* matmul_int for Q4_K, Q5_K and Q6_K with AVX-512 VNNI (Q8_K activations, quant_kquants.c): up to
  * KT1_ROWS rows dotted with the weights as they lie, a larger batch with repacked tiles of
  * VT_COLS weight rows, VT_ROWS activation rows at a time, both with the same integer sums and
  * float steps. */
@@ -376,8 +376,10 @@ static bool matmul_ktiles(int type, const void *w, int n, int k, const struct q_
     if (rows <= KT1_ROWS) {
         for (int i0 = 0; i0 < n; i0 += VT_COLS) {
             const int m = n - i0 < VT_COLS ? n - i0 : VT_COLS;
-            (type == Q_Q4_K ? qk_kt1_q4_k : qk_kt1_q6_k)((const char *)w + (size_t)i0 * rb, rb, m,
-                                                         nb, a, beta, y + i0, ld_y);
+            (type == Q_Q4_K   ? qk_kt1_q4_k
+             : type == Q_Q5_K ? qk_kt1_q5_k
+                              : qk_kt1_q6_k)((const char *)w + (size_t)i0 * rb, rb, m, nb, a, beta,
+                                             y + i0, ld_y);
         }
         return true;
     }
@@ -401,11 +403,13 @@ static bool matmul_ktiles(int type, const void *w, int n, int k, const struct q_
         /* the tile's rows copied first (see matmul_vnni) */
         char *wi = buf + o_wr;
         memcpy(wi, (const char *)w + (size_t)i0 * rb, (size_t)m * rb);
-        (type == Q_Q4_K ? qk_kt_pack_q4_k : qk_kt_pack_q6_k)(wi, rb, m, nb, &wt);
+        (type == Q_Q4_K   ? qk_kt_pack_q4_k
+         : type == Q_Q5_K ? qk_kt_pack_q5_k
+                          : qk_kt_pack_q6_k)(wi, rb, m, nb, &wt);
         const __mmask16 mask = (__mmask16)((1u << m) - 1);
         for (int r0 = 0; r0 < rows; r0 += VT_ROWS) {
             const int g = rows - r0 < VT_ROWS ? rows - r0 : VT_ROWS;
-            (type == Q_Q4_K ? qk_kt_rows_q4_k : qk_kt_rows_q6_k)(&wt, nb, &a->kt, r0, g, beta,
+            (type == Q_Q6_K ? qk_kt_rows_q6_k : qk_kt_rows_q4_k)(&wt, nb, &a->kt, r0, g, beta,
                                                                  y + i0, ld_y, mask);
         }
     }
@@ -420,8 +424,8 @@ static bool matmul_int(int type, const void *w, int n, int k, const struct q_xq 
                        float *y, int ld_y)
 {
 #if QK_X86
-    /* the unpacked K types run the AVX2 kernels there too (Q8_K, as llama.cpp) */
-    if (a->isa >= Q_ISA_AVX512 && (type == Q_Q4_K || type == Q_Q6_K) && a->xq.kq)
+    /* the other unpacked K types run the AVX2 kernels there too (Q8_K, as llama.cpp) */
+    if (a->isa >= Q_ISA_AVX512 && (type == Q_Q4_K || type == Q_Q5_K || type == Q_Q6_K) && a->xq.kq)
         return matmul_ktiles(type, w, n, k, a, beta, y, ld_y);
     if (a->isa >= Q_ISA_AVX512 && (!qk_is_unpacked(type) || qk_vt_decode(type)))
         return matmul_vnni(type, w, n, k, a, beta, y, ld_y);

@@ -47,10 +47,10 @@
  * llama.cpp's K-quant activations instead (Q8_K, kernels/cpu/quant_q8k.c: one float scale per
  * 256, the sub-block scales multiplied in integers, one float step per 256 weights), within
  * sum_j |w_j| * max|x over j's 256| * (1/254 + 1/2048) of the exact product (q_int_act_elems),
- * the two paths to the bit; with AVX-512 VNNI Q4_K and Q6_K take Q8_K at every row count in
- * its own arithmetic (each 256 weights' exact integer sum with their sub-block scales, then one
- * float step: kernels/cpu/quant_kquants.c), within the same bound, the other four Q8_K on its
- * AVX2 kernels (the same bits).
+ * the two paths to the bit; with AVX-512 VNNI Q4_K and Q6_K take Q8_K at every row count, and
+ * Q5_K up to Q_INT_MAX_ROWS, in its own arithmetic (each 256 weights' exact integer sum with
+ * their sub-block scales, then one float step: kernels/cpu/quant_kquants.c), within the same
+ * bound, the other three Q8_K on its AVX2 kernels (the same bits).
  * On each path a row's products do not depend on the rows beside it (DESIGN §8: a sequence
  * decoding alone and in a batch gets the same logits to the bit): each activation row is
  * quantized by itself, and with AVX-512 VNNI one row (weights dotted as they lie) and a batch

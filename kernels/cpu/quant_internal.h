@@ -8,7 +8,8 @@
  *   quant.c          the type table, the instruction-set dispatch, q_dot, q_matmul
  *   quant_float.c    F32, F16, BF16: conversions, fused dots
  *   quant_q8_0.c     Q8_0: dequantize, fused dot, integer dots, quantizer
- *   quant_kquants.c  Q4_K, Q6_K: the same (AVX-512 VNNI: with Q8_K activations, qk_kt_*)
+ *   quant_kquants.c  Q4_K, Q6_K: the same (AVX-512 VNNI: with Q8_K activations, qk_kt_*,
+ *                    Q5_K's too)
  *   quant_legacy.c   Q4_0, Q4_1, Q5_0, Q5_1: quantizers, their blocks from levels
  *   quant_search.c   the K types, IQ4_NL, IQ4_XS, and every type under an importance
  *                    matrix: quantizers (llama.cpp's searches)
@@ -206,13 +207,13 @@ typedef struct vt_x { /* the activation rows, block-major */
     int rows;
 } vt_x;
 
-/* Q4_K and Q6_K with AVX-512 VNNI (quant_kquants.c): the activations as Q8_K (xq8.kq, kd,
- * ks), and for the tiles laid out block-major as vt_x lays out blocks of 32; up to KT1_ROWS
+/* Q4_K, Q5_K and Q6_K with AVX-512 VNNI (quant_kquants.c): the activations as Q8_K (xq8.kq,
+ * kd, ks), and for the tiles laid out block-major as vt_x lays out blocks of 32; up to KT1_ROWS
  * rows dot the weights as they lie instead (qk_kt1_*). */
 #define KT1_ROWS 4
 typedef struct kt_x {
     int8_t *q1;   /* up to KT1_ROWS rows: Q8_K's bytes, blocks 4i + 1 and 4i + 2 swapped
-                   * (qk_kt1_q4_k), row-major */
+                   * (qk_kt1_q4_k, _q5_k), row-major */
     int8_t *q;    /* [nb][rows][32] Q8_K's bytes (more rows) */
     float *d;     /* [nb / 8][rows] Q8_K's scale of each 256 */
     int32_t *bs;  /* [nb / 8][rows][4] Q4_K: the sums of blocks 2t and 2t + 1, two int16 */
@@ -223,10 +224,10 @@ typedef struct kt_x {
 /* One repacked tile of VT_COLS Q4_K or Q6_K weight rows, nb blocks of 32 (nb / 8 of 256). */
 typedef struct kt_w {
     uint8_t *q;  /* [nb][8][16][4] unsigned weights, as vt_w's */
-    int32_t *sc; /* Q4_K [nb][16] the blocks' scales; Q6_K [nb][2][16] the 16 elements' */
+    int32_t *sc; /* Q4_K, Q5_K [nb][16] the blocks' scales; Q6_K [nb][2][16] the 16 elements' */
     float *d;    /* [nb / 8][16] d */
-    float *dmin; /* [nb / 8][16] Q4_K: dmin */
-    int32_t *mn; /* [nb / 8][4][16] Q4_K: the minimums of blocks 2t and 2t + 1, two int16 */
+    float *dmin; /* [nb / 8][16] Q4_K, Q5_K: dmin */
+    int32_t *mn; /* [nb / 8][4][16] Q4_K, Q5_K: the minimums of blocks 2t and 2t + 1, in int16 */
 } kt_w;
 
 /* Activation rows quantized for the integer path, in the layouts its kernels read. */
@@ -542,14 +543,16 @@ VNNI512 void qk_vt_rows_q4_k(const vt_w *w, int64_t nb, const vt_x *x, int r0, i
                              float *y, int ld_y, __mmask16 mask);
 VNNI512 void qk_vt_rows_q6_k(const vt_w *w, int64_t nb, const vt_x *x, int r0, int R, float beta,
                              float *y, int ld_y, __mmask16 mask);
-/* Q4_K and Q6_K with AVX-512 VNNI (quant_kquants.c), Q8_K activations: for each weight row,
- * activation row and 256 elements, the exact integer sum I of the products times the
- * sub-block scales (Q6_K: of q - 32), and for Q4_K the exact sum M of the minimums times the
- * activations' sums per 32; then one float step, acc = fma(I, d dx, acc), and for Q4_K
- * acc = fnmadd(M, dmin dx, acc). The tiles (qk_kt_rows_*, up to VT_ROWS rows of x over a
- * packed tile) and one row against the weights as they lie (qk_kt1_*) take those steps in
- * the same order, so a row alone and in a batch get the same bits. */
+/* Q4_K, Q5_K and Q6_K with AVX-512 VNNI (quant_kquants.c), Q8_K activations: for each weight
+ * row, activation row and 256 elements, the exact integer sum I of the products times the
+ * sub-block scales (Q6_K: of q - 32), and for Q4_K and Q5_K the exact sum M of the minimums
+ * times the activations' sums per 32; then one float step, acc = fma(I, d dx, acc), and for
+ * those two acc = fnmadd(M, dmin dx, acc). The tiles (qk_kt_rows_*, up to VT_ROWS rows of x
+ * over a packed tile; Q5_K packs into Q4_K's) and a few rows against the weights as they lie
+ * (qk_kt1_*) take those steps in the same order, so a row alone and in a batch get the same
+ * bits. */
 VNNI512 void qk_kt_pack_q4_k(const char *w, size_t rb, int m, int64_t nb, const kt_w *t);
+VNNI512 void qk_kt_pack_q5_k(const char *w, size_t rb, int m, int64_t nb, const kt_w *t);
 VNNI512 void qk_kt_pack_q6_k(const char *w, size_t rb, int m, int64_t nb, const kt_w *t);
 VNNI512 void qk_kt_rows_q4_k(const kt_w *w, int64_t nb, const kt_x *x, int r0, int R, float beta,
                              float *y, int ld_y, __mmask16 mask);
@@ -559,6 +562,8 @@ VNNI512 void qk_kt_rows_q6_k(const kt_w *w, int64_t nb, const kt_x *x, int r0, i
  * the m (<= 16) weight rows at w (rb bytes apart) as they lie, into y's m columns (y = beta y
  * + w x; rows ld_y apart). */
 VNNI512 void qk_kt1_q4_k(const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a,
+                         float beta, float *y, int ld_y);
+VNNI512 void qk_kt1_q5_k(const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a,
                          float beta, float *y, int ld_y);
 VNNI512 void qk_kt1_q6_k(const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a,
                          float beta, float *y, int ld_y);

@@ -351,17 +351,22 @@ ROWS_DISPATCH(qk_rows_q6_k_avx2, SIMD, blk_q6_k)
  * vectors to add them in the tiles' order (the scales gathered apart): that took half of its
  * time with the weights in the cache. */
 
-/* Q4_K, 16 rows rb bytes apart: d, dmin, the scales per block and the minimums in pairs, as
- * the tiles read them (from the 12 bytes as scale_min_k4 unpacks them); and the nibbles of
- * each 32 bytes as two blocks. */
-VNNI512 void qk_kt_pack_q4_k(const char *w, size_t rb, int m, int64_t nb, const kt_w *t)
+/* Q4_K (Q5_K where FIVE), 16 rows rb bytes apart: d, dmin, the scales per block and the
+ * minimums in pairs, as the tiles read them (from the 12 bytes as scale_min_k4 unpacks them);
+ * and the nibbles of each 32 bytes as two blocks (Q5_K: with their fifth bits from qh, bit j of
+ * a byte for block j). */
+VNNI512 static inline __attribute__((always_inline)) void
+kt_pack_k45(const char *w, size_t rb, int m, int64_t nb, const kt_w *t, const bool FIVE)
 {
+    const int64_t bsz = FIVE ? (int64_t)sizeof(blk_q5_k) : (int64_t)sizeof(blk_q4_k);
+    const int qs_at = FIVE ? 48 : 16; /* Q5_K: qh at 16 */
+    const __m512i m1 = _mm512_set1_epi32(0x01010101);
     const __mmask16 mask = (__mmask16)((1u << m) - 1);
     const __m512i idx = vt_row_offsets(rb), z = _mm512_setzero_si512();
     const __m512i m6 = _mm512_set1_epi32(63), m2 = _mm512_set1_epi32(3),
                   m4s = _mm512_set1_epi32(15), m4 = _mm512_set1_epi32(0x0F0F0F0F);
     for (int64_t sb = 0; sb < nb / 8; sb++) {
-        const char *base = w + sb * (int64_t)sizeof(blk_q4_k);
+        const char *base = w + sb * bsz;
         const __m512i dd = _mm512_mask_i32gather_epi32(z, mask, idx, base, 1);
         _mm512_storeu_ps(t->d + sb * 16, vt_f16x16(dd));
         _mm512_storeu_ps(t->dmin + sb * 16, vt_f16x16(_mm512_srli_epi32(dd, 16)));
@@ -386,17 +391,37 @@ VNNI512 void qk_kt_pack_q4_k(const char *w, size_t rb, int m, int64_t nb, const 
         for (int p = 0; p < 4; p++)
             _mm512_storeu_si512(t->mn + (sb * 4 + p) * 16,
                                 _mm512_or_si512(mn[2 * p], _mm512_slli_epi32(mn[2 * p + 1], 16)));
+        __m512i vh[8];
+        if (FIVE) vt_transpose(base + 16, rb, m, vh);
         for (int jj = 0; jj < 4; jj++) {
             __m512i v[8];
-            vt_transpose(base + 16 + 32 * jj, rb, m, v);
+            vt_transpose(base + qs_at + 32 * jj, rb, m, v);
             for (int g = 0; g < 8; g++) {
-                _mm512_storeu_si512(t->q + ((sb * 8 + 2 * jj) * 8 + g) * 64,
-                                    _mm512_and_si512(v[g], m4));
-                _mm512_storeu_si512(t->q + ((sb * 8 + 2 * jj + 1) * 8 + g) * 64,
-                                    _mm512_and_si512(_mm512_srli_epi32(v[g], 4), m4));
+                __m512i lo = _mm512_and_si512(v[g], m4);
+                __m512i hi = _mm512_and_si512(_mm512_srli_epi32(v[g], 4), m4);
+                if (FIVE) {
+                    lo = _mm512_or_si512(
+                        lo, _mm512_slli_epi32(
+                                _mm512_and_si512(_mm512_srli_epi32(vh[g], 2 * jj), m1), 4));
+                    hi = _mm512_or_si512(
+                        hi, _mm512_slli_epi32(
+                                _mm512_and_si512(_mm512_srli_epi32(vh[g], 2 * jj + 1), m1), 4));
+                }
+                _mm512_storeu_si512(t->q + ((sb * 8 + 2 * jj) * 8 + g) * 64, lo);
+                _mm512_storeu_si512(t->q + ((sb * 8 + 2 * jj + 1) * 8 + g) * 64, hi);
             }
         }
     }
+}
+
+VNNI512 void qk_kt_pack_q4_k(const char *w, size_t rb, int m, int64_t nb, const kt_w *t)
+{
+    kt_pack_k45(w, rb, m, nb, t, false);
+}
+
+VNNI512 void qk_kt_pack_q5_k(const char *w, size_t rb, int m, int64_t nb, const kt_w *t)
+{
+    kt_pack_k45(w, rb, m, nb, t, true);
 }
 
 /* Q6_K, 16 rows: d, the sixteen int8 scales of each 256 (two a block), and the 6-bit values
@@ -571,17 +596,26 @@ kt1_dot(const __m512i q[4], const __m512i sc[4], const int8_t *xq)
     return _mm256_add_epi32(_mm512_castsi512_si256(I), _mm512_extracti64x4_epi64(I, 1));
 }
 
-/* Q4_K, a few rows (R, a constant, 1..KT1_ROWS) against the weights as they lie: each 64 bytes
- * of q hold blocks 4i and 4i + 2 in their low nibbles, 4i + 1 and 4i + 3 in their high ones,
- * dotted with x in that order (kt_x's q1): maddubs pairs, and vpdpwssd multiplies in each
- * block's scale (a pshufb of the 8 scales in int16, each 128 bits the same) and adds, in two
- * chains. The minimums: the int16 sums of x per 16 (Q8_K's) by the minimum of their block, in
- * pairs. The weights are unpacked once for the R rows. */
-VNNI512 static inline __attribute__((always_inline)) void kt1_q4_k(const char *w, size_t rb, int m,
-                                                                   int64_t nb, const struct q_xq *a,
-                                                                   float beta, float *y, int ld_y,
-                                                                   const int R)
+/* Q4_K (Q5_K where FIVE), a few rows (R, a constant, 1..KT1_ROWS) against the weights as they
+ * lie: each 64 bytes of q hold blocks 4i and 4i + 2 in their low nibbles, 4i + 1 and 4i + 3 in
+ * their high ones (Q5_K: the fifth bits, bit j of qh's 32 bytes for block j, broadcast to both
+ * halves and shifted per half), dotted with x in that order (kt_x's q1): maddubs pairs, and
+ * vpdpwssd multiplies in each block's scale (a pshufb of the 8 scales in int16, each 128 bits
+ * the same) and adds, in two chains. The minimums: the int16 sums of x per 16 (Q8_K's) by the
+ * minimum of their block, in pairs. The weights are unpacked once for the R rows. */
+VNNI512 static inline __attribute__((always_inline)) void kt1_k45(const char *w, size_t rb, int m,
+                                                                  int64_t nb, const struct q_xq *a,
+                                                                  float beta, float *y, int ld_y,
+                                                                  const bool FIVE, const int R)
 {
+    const int64_t bsz = FIVE ? (int64_t)sizeof(blk_q5_k) : (int64_t)sizeof(blk_q4_k);
+    const int qs_at = FIVE ? 48 : 16; /* Q5_K: qh at 16 */
+    const __m512i m1 = _mm512_set1_epi8(1);
+    __m512i shift[4]; /* the bit of qh for block 4 (j / 2) + j % 2 (low half), + 2 (high) */
+    for (int j = 0; j < 4; j++)
+        shift[j] = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_set1_epi16((short)(4 * (j / 2) + j % 2))),
+            _mm256_set1_epi16((short)(4 * (j / 2) + j % 2 + 2)), 1);
     const xq8 *x = &a->xq;
     const int64_t k = nb * 32, nsb = nb / 8;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -597,19 +631,28 @@ VNNI512 static inline __attribute__((always_inline)) void kt1_q4_k(const char *w
                                          10, 11, 10, 11, 12, 13, 12, 13, 14, 15, 14, 15);
     float out[KT1_ROWS][VT_COLS] = {{0}};
     for (int i = 0; i < m; i++) {
-        const blk_q4_k *b = (const blk_q4_k *)(w + (size_t)i * rb);
+        const char *b = w + (size_t)i * rb;
         __m128 acc[KT1_ROWS];
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) acc[r] = _mm_setzero_ps();
-        for (int64_t sb = 0; sb < nsb; sb++, b++) {
-            const __m128i u = k4_scales_v(b->scales); /* 8 scales, 8 minimums */
+        for (int64_t sb = 0; sb < nsb; sb++, b += bsz) {
+            const __m128i u = k4_scales_v((const uint8_t *)b + 4); /* 8 scales, 8 minimums */
             const __m512i sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(u));
             __m512i q[4], sc[4];
 #pragma GCC unroll 2
             for (int j2 = 0; j2 < 2; j2++) {
-                const __m512i qv = _mm512_loadu_si512(b->qs + 64 * j2);
+                const __m512i qv = _mm512_loadu_si512(b + qs_at + 64 * j2);
                 q[2 * j2] = _mm512_and_si512(qv, m4);
                 q[2 * j2 + 1] = _mm512_and_si512(_mm512_srli_epi16(qv, 4), m4);
+            }
+            if (FIVE) {
+                const __m512i H =
+                    _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 16)));
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++)
+                    q[j] = _mm512_or_si512(
+                        q[j],
+                        _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(H, shift[j]), m1), 4));
             }
 #pragma GCC unroll 4
             for (int j = 0; j < 4; j++) sc[j] = _mm512_shuffle_epi8(sc16, pick[j]);
@@ -632,6 +675,22 @@ VNNI512 static inline __attribute__((always_inline)) void kt1_q4_k(const char *w
     }
     for (int r = 0; r < R; r++)
         kt_store(y + (size_t)r * ld_y, _mm512_loadu_ps(out[r]), beta, (__mmask16)((1u << m) - 1));
+}
+
+VNNI512 static inline __attribute__((always_inline)) void kt1_q4_k(const char *w, size_t rb, int m,
+                                                                   int64_t nb, const struct q_xq *a,
+                                                                   float beta, float *y, int ld_y,
+                                                                   const int R)
+{
+    kt1_k45(w, rb, m, nb, a, beta, y, ld_y, false, R);
+}
+
+VNNI512 static inline __attribute__((always_inline)) void kt1_q5_k(const char *w, size_t rb, int m,
+                                                                   int64_t nb, const struct q_xq *a,
+                                                                   float beta, float *y, int ld_y,
+                                                                   const int R)
+{
+    kt1_k45(w, rb, m, nb, a, beta, y, ld_y, true, R);
 }
 
 /* Q6_K, a few rows: per half of 128 elements, ql's 64 bytes (low nibbles: chunks 0 and 1,
@@ -708,6 +767,7 @@ VNNI512 static inline __attribute__((always_inline)) void kt1_q6_k(const char *w
         }                                                                                          \
     }
 KT1_DISPATCH(qk_kt1_q4_k, kt1_q4_k)
+KT1_DISPATCH(qk_kt1_q5_k, kt1_q5_k)
 KT1_DISPATCH(qk_kt1_q6_k, kt1_q6_k)
 
 #endif /* QK_X86 */
