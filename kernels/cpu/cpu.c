@@ -904,7 +904,9 @@ static void cpu_describe(void *priv, char *buf, size_t cap)
         snprintf(buf, cap, "%s projections: integer dots (%s) up to %d rows, %s above; %s",
                  eng_wtype_name(wt), q_isa_name(q_isa()), Q_INT_MAX_ROWS,
                  q_prefill_runs(wt, 256) ? "its tiles (q_matmul_tiles)"
-                                         : "dequantized tiles and OpenBLAS SGEMM",
+                 : gemm_f32_prefer(wt, 256, c->c.dim, c->c.dim)
+                     ? "dequantized into own AVX2 panels (gemm_f32)"
+                     : "dequantized tiles and OpenBLAS SGEMM",
                  blas);
     else {
         /* above the integer dots' rows, as matmul_rows chooses for a prefill of 256 rows */

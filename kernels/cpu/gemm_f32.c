@@ -373,8 +373,12 @@ bool gemm_f32_prefer(int wtype, int M, int N, int K)
     if (wtype == WT_F16 || wtype == WT_BF16) return true;
     /* Quantized weights above the integer path's rows (quant.h): dequantized into these
      * panels rather than into float tiles that SGEMM packs again (perf/gemm_bench --prefill
-     * --type Q8_0|Q4_K|Q6_K); with AVX-512, SGEMM's wider kernels as for F32. */
-    if (wtype != WT_F32) return quantized_ok(wtype, K) && !cpu_has_avx512f();
+     * --type Q8_0|Q4_K|Q6_K); with AVX-512, SGEMM's wider kernels as for F32, but on Zen 4
+     * (below): the types that take neither the integer path nor its tiles there, Q2_K and
+     * Q3_K, prefill 1.09-1.16x faster in these panels than through SGEMM (engine_bench
+     * --prefill 256, one thread, CPU time, against RINGLM_PREFILL_GEMM=blas). */
+    if (wtype != WT_F32)
+        return quantized_ok(wtype, K) && (!cpu_has_avx512f() || cpu_splits_512bit_fma());
     /* F32: on AVX2 machines these tiles match or beat OpenBLAS's AVX2 SGEMM at every prefill
      * shape measured (perf/gemm_bench --prefill on the 2-vCPU EPYC: 1.0-1.2x on 768 x 2048
      * products, 2.6-2.9x on the 192-row chunks of 768 x 768 ones, M = 13..1024). Where the CPU
