@@ -298,7 +298,6 @@ static bool matmul_vnni(int type, const void *w, int n, int k, const struct q_xq
         qk_carve(&off, VT_COLS * (qk_is_unpacked(type) ? (size_t)k + 256 : q_row_bytes(type, k)));
     /* Q8_0 up to VT1_ROWS rows as they lie (Q4_K and Q6_K: matmul_ktiles) */
     const bool vt1 = rows <= VT1_ROWS && type == Q_Q8_0;
-    const size_t o_wh = qk_carve(&off, vt1 ? nb * 32 : 0);
     const size_t o_s = qk_carve(&off, vt1 ? (size_t)rows * 64 * vt1_stride((int64_t)nb) : 0);
     char *buf = (char *)tile_get(off / 4 + 16 + 1);
     if (!buf) return false;
@@ -308,8 +307,7 @@ static bool matmul_vnni(int type, const void *w, int n, int k, const struct q_xq
     const vt_w wt = {.q = (uint8_t *)(buf + o_wq),
                      .a = (float *)(buf + o_wa),
                      .m = (float *)(buf + o_wm),
-                     .sc = (int32_t *)(buf + o_ws),
-                     .h = (uint16_t *)(buf + o_wh)};
+                     .sc = (int32_t *)(buf + o_ws)};
     if (qk_vt_decode(type) && rows <= VT1_MAX_ROWS) {
         /* the 32-element types up to VT1_MAX_ROWS rows: as they lie, the packing cost more
          * than the products (quant_unpack.c) */
@@ -320,20 +318,11 @@ static bool matmul_vnni(int type, const void *w, int n, int k, const struct q_xq
         }
         return true;
     }
-    if (vt1) { /* a few rows: the weights dotted as they lie (vt1_*) */
-        int32_t *S = (int32_t *)(buf + o_s);
-        const int64_t sr = 16 * vt1_stride((int64_t)nb);
-        for (int i0 = 0; i0 < n; i0 += VT_COLS) {
-            const int m = n - i0 < VT_COLS ? n - i0 : VT_COLS;
-            /* in place, one row after the other (copying the tile first, as a batch does,
-             * cost 2.3x at Q8_0: the copy's reads then wait for memory with nothing to
-             * overlap them) */
-            const char *wi = (const char *)w + (size_t)i0 * rb;
-            qk_vt1_sums_q8_0(wi, rb, m, (int64_t)nb, &xt, NULL, rows, S, &wt);
-            for (int r = 0; r < rows; r++)
-                qk_vt1_finish_q8_0(&wt, (int64_t)nb, S + r * sr, m, &xt, r, beta,
-                                   y + (size_t)r * ld_y + i0);
-        }
+    if (vt1) { /* a few rows: the weights dotted as they lie, one row after the other (copying
+                * the tiles first, as a batch does, cost 2.3x: the copy's reads then wait for
+                * memory with nothing to overlap them) */
+        qk_vt1_rows_q8_0((const char *)w, rb, n, (int64_t)nb, a, (int32_t *)(buf + o_s), beta, y,
+                         ld_y);
         return true;
     }
     for (int i0 = 0; i0 < n; i0 += VT_COLS) {
@@ -356,8 +345,8 @@ static bool matmul_vnni(int type, const void *w, int n, int k, const struct q_xq
         const __mmask16 mask = (__mmask16)((1u << m) - 1);
         for (int r0 = 0; r0 < rows; r0 += VT_ROWS) {
             const int g = rows - r0 < VT_ROWS ? rows - r0 : VT_ROWS;
-            (signed_grid ? qk_vt_rows_q8_0 : qk_vt_rows_q4_k)(&wt, (int64_t)nb, &xt, r0, g, beta,
-                                                              y + i0, ld_y, mask);
+            (signed_grid ? (type == Q_Q8_0 ? qk_vt_rows_q8_0 : qk_vt_rows_signed)
+                         : qk_vt_rows_q4_k)(&wt, (int64_t)nb, &xt, r0, g, beta, y + i0, ld_y, mask);
         }
     }
     return true;

@@ -195,7 +195,6 @@ typedef struct vt_w { /* one repacked tile of VT_COLS weight rows, nb blocks of 
     float *a;         /* [nb][16] block scales */
     float *m;         /* [nb][16] Q4_K: dmin * m_j */
     int32_t *sc;      /* [nb][2][16] Q6_K: the two 16-element scales */
-    uint16_t *h;      /* [nb][16] Q8_0, vt1_*: the block scales as they lie (f16) */
 } vt_w;
 
 typedef struct vt_x { /* the activation rows, block-major */
@@ -414,6 +413,32 @@ VNNI512 static inline __attribute__((always_inline)) void vt_transpose(const cha
     }
 }
 
+/* y[0..15] (mask: the columns that exist) = acc, or beta y + acc. */
+VNNI512 static inline __attribute__((always_inline)) void vt_store(float *yr, __m512 v, float beta,
+                                                                   __mmask16 mask)
+{
+    if (beta != 0.0f)
+        v = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(mask, yr)), v);
+    _mm512_mask_storeu_ps(yr, mask, v);
+}
+
+/* Q8_0's float sums in 4 chains: block b of a row goes to chain b % 4 (fma of its exact
+ * integer sum by its scale times the activations', as vt_acc), and the chains end in one
+ * tree, (0 + 2) + (1 + 3). A row dotted alone holds the chains in the lanes of one xmm
+ * (vt_fold4: the sums of 8 blocks side by side, then two fmas); a tile holds one zmm per
+ * chain, its lanes 16 weight rows (vt_tree4): both add the same numbers in the same order,
+ * so a row alone gets the bits it gets in a batch, without turning its block sums from lanes
+ * to weight rows. */
+VNNI512 static inline __attribute__((always_inline)) __m512 vt_fold4(__m128 v)
+{
+    const __m128 v2 = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    return _mm512_castps128_ps512(_mm_add_ss(v2, _mm_shuffle_ps(v2, v2, 1)));
+}
+VNNI512 static inline __attribute__((always_inline)) __m512 vt_tree4(const __m512 c[4])
+{
+    return _mm512_add_ps(_mm512_add_ps(c[0], c[2]), _mm512_add_ps(c[1], c[3]));
+}
+
 /* Byte offsets of 16 rows rb bytes apart (the gathers' index). */
 VNNI512 static inline __m512i vt_row_offsets(size_t rb)
 {
@@ -518,19 +543,16 @@ VNNI512 void qk_vt_pack_unpacked(int type, const char *w, size_t rb, int m, int6
 VNNI512 void qk_vt1_unpacked(int type, const char *w, size_t rb, int m, int64_t nb,
                              const struct q_xq *a, const vt_w *t, int32_t *S, float beta, float *y,
                              int ld_y);
-/* R (1..VT1_ROWS) activation rows against the m (<= 16) weight rows at w, read one row after
- * the other: S[(r * 16 + i) * vt1_stride(nb) + b], the exact integer sums of block b of
- * weight row i with activation row r (the lanes past nb 0); Q8_0 also t->h. x32: unused
- * (NULL). */
-VNNI512 void qk_vt1_sums_q8_0(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
-                              const int16_t *x32, int R, int32_t *S, const vt_w *t);
-/* The float steps of activation row r over its sums S (vt1_sums_*'s S + r * 16 *
- * vt1_stride(nb)) and the tile's scales (Q8_0: t->h, adding the -128 x sum of x; the others
- * t->a, vt_scales_*) into y's m columns, and the R rows from r0 of a batch times a packed
- * tile (quant_vnni.c). _signed: Q8_0's tile layout with exact sums and t->a's scales (the
- * signed grids as qk_vt1_unpacked sums them). */
-VNNI512 void qk_vt1_finish_q8_0(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
-                                int r, float beta, float *y);
+/* Q8_0: y[r][i] = beta y[r][i] + w_i . x_r for the n weight rows at w (rb bytes apart, nb
+ * blocks) and the a->rows (1..VT1_ROWS) rows of a, read as they lie, in qk_vt_rows_q8_0's
+ * arithmetic (vt_fold4). c32: (rows > 1) rows x nb int32 of scratch. */
+VNNI512 void qk_vt1_rows_q8_0(const char *w, size_t rb, int n, int64_t nb, const struct q_xq *a,
+                              int32_t *c32, float beta, float *y, int ld_y);
+/* The float steps of activation row r over its sums S (S + r * 16 * vt1_stride(nb)) and the
+ * tile's scales (t->a) into y's m columns, one chain of blocks in order; and the R rows from
+ * r0 of a batch times a packed tile (quant_vnni.c): Q8_0 in vt_tree4's chains, the others
+ * (and _signed: the signed grids in Q8_0's tiles) in one chain. _signed: Q8_0's tile layout,
+ * as qk_vt1_unpacked sums the signed grids. */
 VNNI512 void qk_vt1_finish_signed(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
                                   int r, float beta, float *y);
 VNNI512 void qk_vt1_finish_q4_k(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
@@ -539,6 +561,8 @@ VNNI512 void qk_vt1_finish_q6_k(const vt_w *w, int64_t nb, const int32_t *S, int
                                 int r, float beta, float *y);
 VNNI512 void qk_vt_rows_q8_0(const vt_w *w, int64_t nb, const vt_x *x, int r0, int R, float beta,
                              float *y, int ld_y, __mmask16 mask);
+VNNI512 void qk_vt_rows_signed(const vt_w *w, int64_t nb, const vt_x *x, int r0, int R, float beta,
+                               float *y, int ld_y, __mmask16 mask);
 VNNI512 void qk_vt_rows_q4_k(const vt_w *w, int64_t nb, const vt_x *x, int r0, int R, float beta,
                              float *y, int ld_y, __mmask16 mask);
 VNNI512 void qk_vt_rows_q6_k(const vt_w *w, int64_t nb, const vt_x *x, int r0, int R, float beta,

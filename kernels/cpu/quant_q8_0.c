@@ -147,66 +147,105 @@ VNNI512 void qk_vt_pack_q8_0(const char *w, size_t rb, int m, int64_t nb, const 
     }
 }
 
-/* Blocks b0.. (n of them, 1..8) of weight row i (at wr) . the R activation rows, exactly
- * but for -128 x the sum of x (vt's c32, added by vt1_finish), into S[r * sr + b0..b0+7] (0
- * past n); the blocks' scales into h[b * 16 + i]. */
-VNNI512 static inline __attribute__((always_inline)) void
-vt1_group_q8_0(const char *wr, int i, int64_t b0, const int n, const vt_x *x, const int R,
-               int32_t *S, int64_t sr, uint16_t *h)
+/* Up to VT1_ROWS activation rows, the weights as they lie: each weight row read once from start
+ * to end (a stream the hardware prefetcher follows: 16 rows dotted side by side, block by
+ * block, read at 9.4 GB/s against 19-20 one row after the other; 4 side by side, in the
+ * tiles' order, took 2.3x one after the other), 8 blocks at a time: one vpdpbusd a block and
+ * activation row (the weights + 128 unsigned), the 8 blocks' partial sums folded to their
+ * exact sums (vt1_reduce) and the activations' -128 x sum added (c32), then the 8 sums times
+ * their scales times the row's: blocks j and then 4 + j into lane j, chain j of vt_fold4.
+ * The sums never go through memory nor turn from blocks to weight rows (the transposes the
+ * tiles' one chain in block order needed). The scales are stored as the blocks are read:
+ * loads and stores, beside the folds' shuffles (taking two blocks a zmm, one permute for
+ * their weights and three levels of permutes for 16 scales took 1.05-1.12x the time of the
+ * one-chain kernel before, 1.25-1.5x this: perf/quant_bench --types Q8_0 --rows 1,2 on Zen 4,
+ * whose shuffle units the folds fill). */
+
+/* The activation rows of a row-major q_xq: bytes, scales and c32 (-128 x sum) per block. */
+typedef struct vr_x {
+    const int8_t *q[VT1_ROWS];
+    const float *d[VT1_ROWS];
+    const int32_t *c32[VT1_ROWS];
+} vr_x;
+
+/* Blocks b0.. (n of them, 1..8; FULL: 8) of the weight row at wr times the R activation rows
+ * into acc[r]'s chains. */
+VNNI512 static inline __attribute__((always_inline)) void vr_group(const char *wr, int64_t b0,
+                                                                   int n, const bool FULL,
+                                                                   const vr_x *x, const int R,
+                                                                   __m128 acc[])
 {
     const __m256i flip = _mm256_set1_epi8((char)0x80);
     __m256i wq[8];
+    uint16_t h[8] = {0};
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) {
         const char *blk = wr + (b0 + j) * (int64_t)sizeof(blk_q8_0);
-        if (j < n) {
-            /* w + 128 unsigned */
+        if (FULL || j < n) {
             wq[j] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), flip);
-            memcpy(&h[(b0 + j) * 16 + i], blk, 2);
+            memcpy(&h[j], blk, 2);
         } else
             wq[j] = _mm256_setzero_si256();
     }
+    const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+    const __mmask8 k = FULL ? 0xFF : (__mmask8)((1u << n) - 1);
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         __m256i v[8];
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++)
-            v[j] = j < n ? _mm256_dpbusd_epi32(
-                               _mm256_setzero_si256(), wq[j],
-                               _mm256_loadu_si256(
-                                   (const __m256i *)(x->q + ((b0 + j) * x->rows + r) * 32)))
-                         : _mm256_setzero_si256();
-        _mm256_storeu_si256((__m256i *)(S + r * sr + b0), vt1_reduce(v));
+            v[j] = FULL || j < n
+                       ? _mm256_dpbusd_epi32(
+                             _mm256_setzero_si256(), wq[j],
+                             _mm256_loadu_si256((const __m256i *)(x->q[r] + (b0 + j) * 32)))
+                       : _mm256_setzero_si256();
+        const __m256i p =
+            _mm256_add_epi32(vt1_reduce(v), _mm256_maskz_loadu_epi32(k, x->c32[r] + b0));
+        /* vt_acc's steps: the exact sum times (scale x the row's) */
+        const __m256 f = _mm256_cvtepi32_ps(p),
+                     t = _mm256_mul_ps(a, _mm256_maskz_loadu_ps(k, x->d[r] + b0));
+        acc[r] = _mm_fmadd_ps(_mm256_castps256_ps128(f), _mm256_castps256_ps128(t), acc[r]);
+        if (FULL || n > 4)
+            acc[r] = _mm_fmadd_ps(_mm256_extractf128_ps(f, 1), _mm256_extractf128_ps(t, 1), acc[r]);
     }
 }
 
-/* One weight row after the other, each a stream the hardware prefetcher follows (16 rows
- * dotted side by side, block by block, read the tile at 9.4 GB/s against 19-20 one row after
- * the other, and prefetching ahead in software only slowed either down: perf/quant_bench
- * --types Q8_0 --rows 1 on Zen 4). */
-VNNI512 static inline __attribute__((always_inline)) void vt1_sums_q8_0(const char *w, size_t rb,
-                                                                        int m, int64_t nb,
-                                                                        const vt_x *x, const int R,
-                                                                        int32_t *S, const vt_w *t)
+VNNI512 static inline __attribute__((always_inline)) void vr_rows(const char *w, size_t rb, int n,
+                                                                  int64_t nb, const vr_x *x,
+                                                                  const int R, float beta, float *y,
+                                                                  int ld_y)
 {
-    const int64_t ld = vt1_stride(nb);
-    for (int i = 0; i < m; i++) {
+    for (int i = 0; i < n; i++) {
         const char *wr = w + (size_t)i * rb;
-        int32_t *s = S + i * ld;
+        __m128 acc[VT1_ROWS];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) acc[r] = _mm_setzero_ps();
         int64_t b0 = 0;
-        for (; b0 + 8 <= nb; b0 += 8) vt1_group_q8_0(wr, i, b0, 8, x, R, s, 16 * ld, t->h);
-        if (b0 < nb) vt1_group_q8_0(wr, i, b0, (int)(nb - b0), x, R, s, 16 * ld, t->h);
+        for (; b0 + 8 <= nb; b0 += 8) vr_group(wr, b0, 8, true, x, R, acc);
+        if (b0 < nb) vr_group(wr, b0, (int)(nb - b0), false, x, R, acc);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) vt_store(y + (size_t)r * ld_y + i, vt_fold4(acc[r]), beta, 1);
     }
-    /* the rows past m: their scales are read (never stored) */
-    for (int64_t b = 0; b < nb && m < 16; b++)
-        for (int i = m; i < 16; i++) t->h[b * 16 + i] = t->h[b * 16 + m - 1];
 }
 
-VNNI512 void qk_vt1_sums_q8_0(const char *w, size_t rb, int m, int64_t nb, const vt_x *x,
-                              const int16_t *x32, int R, int32_t *S, const vt_w *t)
+VNNI512 void qk_vt1_rows_q8_0(const char *w, size_t rb, int n, int64_t nb, const struct q_xq *a,
+                              int32_t *c32, float beta, float *y, int ld_y)
 {
-    (void)x32;
-    VT1_BY_ROWS(R, vt1_sums_q8_0, w, rb, m, nb, x, S, t);
+    const int R = a->rows;
+    vr_x x;
+    for (int r = 0; r < R; r++) {
+        x.q[r] = a->xq.q + (size_t)r * nb * 32;
+        x.d[r] = a->xq.d + (size_t)r * nb;
+        x.c32[r] = R == 1 ? a->xt.c32 : c32 + (size_t)r * nb;
+        if (R > 1)
+            for (int64_t b = 0; b < nb; b++) c32[r * nb + b] = a->xt.c32[b * R + r];
+    }
+    switch (R) {
+    case 1: vr_rows(w, rb, n, nb, &x, 1, beta, y, ld_y); break;
+    case 2: vr_rows(w, rb, n, nb, &x, 2, beta, y, ld_y); break;
+    case 3: vr_rows(w, rb, n, nb, &x, 3, beta, y, ld_y); break;
+    default: vr_rows(w, rb, n, nb, &x, 4, beta, y, ld_y); break;
+    }
 }
 
 #endif /* QK_X86 */

@@ -35,98 +35,109 @@ vt_acc(const int TYPE, __m512 acc, __m512i p, __m512 a, __m512 mn, float dx, flo
     return acc;
 }
 
-/* y[0..15] (mask: the columns that exist) = acc, or beta y + acc. */
-VNNI512 static inline __attribute__((always_inline)) void vt_store(float *yr, __m512 v, float beta,
-                                                                   __mmask16 mask)
+/* Block b of the tile times the R (a constant, 1..VT_ROWS) activation rows from r0 into
+ * acc[0..R). TYPE is a constant too. */
+VNNI512 static inline __attribute__((always_inline)) void
+vt_block(const int TYPE, const int R, const vt_w *w, int64_t b, const vt_x *x, int r0, __m512 acc[])
 {
-    if (beta != 0.0f)
-        v = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(mask, yr)), v);
-    _mm512_mask_storeu_ps(yr, mask, v);
+    const int rows = x->rows;
+    const uint8_t *wq = w->q + b * 512;
+    const int8_t *xq = x->q + ((size_t)b * rows + r0) * 32;
+    __m512i p[VT_ROWS], p2[VT_ROWS];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        if (TYPE == Q_Q8_0) {
+            p[r] = _mm512_set1_epi32(x->c32[(size_t)b * rows + r0 + r]);
+        } else if (TYPE == Q_Q6_K) {
+            p[r] = _mm512_set1_epi32(x->c16[(size_t)2 * b * rows + r0 + r]);
+            p2[r] = _mm512_set1_epi32(x->c16[(size_t)(2 * b + 1) * rows + r0 + r]);
+        } else {
+            p[r] = _mm512_setzero_si512();
+        }
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++) {
+        const __m512i wv = _mm512_loadu_si512(wq + 64 * g);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            int32_t xv;
+            memcpy(&xv, xq + 32 * r + 4 * g, 4);
+            if (TYPE == Q_Q6_K && g >= 4)
+                p2[r] = _mm512_dpbusd_epi32(p2[r], wv, _mm512_set1_epi32(xv));
+            else
+                p[r] = _mm512_dpbusd_epi32(p[r], wv, _mm512_set1_epi32(xv));
+        }
+    }
+    if (TYPE == Q_Q6_K) {
+        const __m512i s0 = _mm512_loadu_si512(w->sc + b * 32);
+        const __m512i s1 = _mm512_loadu_si512(w->sc + b * 32 + 16);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            p[r] = _mm512_add_epi32(_mm512_mullo_epi32(p[r], s0), _mm512_mullo_epi32(p2[r], s1));
+    }
+    const float *dx = x->d + (size_t)b * rows + r0, *sx = x->s + (size_t)b * rows + r0;
+    const __m512 a = _mm512_loadu_ps(w->a + b * 16);
+    const __m512 mn = TYPE == Q_Q4_K ? _mm512_loadu_ps(w->m + b * 16) : a;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) acc[r] = vt_acc(TYPE, acc[r], p[r], a, mn, dx[r], sx[r]);
 }
 
 /* The R (a constant, 1..VT_ROWS) activation rows from r0 times the tile, into y's 16 columns
- * (mask: those that exist). TYPE is a constant too. */
+ * (mask: those that exist). TYPE is a constant too; CHAINS: Q8_0's 4 chains (vt_tree4),
+ * else one chain of blocks in order. */
 VNNI512 static inline __attribute__((always_inline)) void
-vt_kernel(const int TYPE, const int R, const vt_w *w, int64_t nb, const vt_x *x, int r0, float beta,
-          float *y, int ld_y, __mmask16 mask)
+vt_kernel(const int TYPE, const bool CHAINS, const int R, const vt_w *w, int64_t nb, const vt_x *x,
+          int r0, float beta, float *y, int ld_y, __mmask16 mask)
 {
     __m512 acc[VT_ROWS];
-    const int rows = x->rows;
+    if (CHAINS) { /* chain c: blocks c, c + 4, ... (none past nb: 0) */
+        __m512 part[VT_ROWS][4];
+        for (int c = 0; c < 4; c++) {
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+            for (int64_t b = c; b < nb; b += 4) vt_block(TYPE, R, w, b, x, r0, acc);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) part[r][c] = acc[r];
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            vt_store(y + (size_t)(r0 + r) * ld_y, vt_tree4(part[r]), beta, mask);
+        return;
+    }
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *wq = w->q + b * 512;
-        const int8_t *xq = x->q + ((size_t)b * rows + r0) * 32;
-        __m512i p[VT_ROWS], p2[VT_ROWS];
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            if (TYPE == Q_Q8_0) {
-                p[r] = _mm512_set1_epi32(x->c32[(size_t)b * rows + r0 + r]);
-            } else if (TYPE == Q_Q6_K) {
-                p[r] = _mm512_set1_epi32(x->c16[(size_t)2 * b * rows + r0 + r]);
-                p2[r] = _mm512_set1_epi32(x->c16[(size_t)(2 * b + 1) * rows + r0 + r]);
-            } else {
-                p[r] = _mm512_setzero_si512();
-            }
-        }
-#pragma GCC unroll 8
-        for (int g = 0; g < 8; g++) {
-            const __m512i wv = _mm512_loadu_si512(wq + 64 * g);
-#pragma GCC unroll 8
-            for (int r = 0; r < R; r++) {
-                int32_t xv;
-                memcpy(&xv, xq + 32 * r + 4 * g, 4);
-                if (TYPE == Q_Q6_K && g >= 4)
-                    p2[r] = _mm512_dpbusd_epi32(p2[r], wv, _mm512_set1_epi32(xv));
-                else
-                    p[r] = _mm512_dpbusd_epi32(p[r], wv, _mm512_set1_epi32(xv));
-            }
-        }
-        if (TYPE == Q_Q6_K) {
-            const __m512i s0 = _mm512_loadu_si512(w->sc + b * 32);
-            const __m512i s1 = _mm512_loadu_si512(w->sc + b * 32 + 16);
-#pragma GCC unroll 8
-            for (int r = 0; r < R; r++)
-                p[r] =
-                    _mm512_add_epi32(_mm512_mullo_epi32(p[r], s0), _mm512_mullo_epi32(p2[r], s1));
-        }
-        const float *dx = x->d + (size_t)b * rows + r0, *sx = x->s + (size_t)b * rows + r0;
-        const __m512 a = _mm512_loadu_ps(w->a + b * 16);
-        const __m512 mn = TYPE == Q_Q4_K ? _mm512_loadu_ps(w->m + b * 16) : a;
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) acc[r] = vt_acc(TYPE, acc[r], p[r], a, mn, dx[r], sx[r]);
-    }
+    for (int64_t b = 0; b < nb; b++) vt_block(TYPE, R, w, b, x, r0, acc);
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) vt_store(y + (size_t)(r0 + r) * ld_y, acc[r], beta, mask);
 }
 
-#define VT_DISPATCH(name, TYPE)                                                                    \
+#define VT_DISPATCH(name, TYPE, CHAINS)                                                            \
     VNNI512 void name(const vt_w *w, int64_t nb, const vt_x *x, int r0, int R, float beta,         \
                       float *y, int ld_y, __mmask16 mask)                                          \
     {                                                                                              \
         switch (R) {                                                                               \
-        case 1: vt_kernel(TYPE, 1, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
-        case 2: vt_kernel(TYPE, 2, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
-        case 3: vt_kernel(TYPE, 3, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
-        case 4: vt_kernel(TYPE, 4, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
-        case 5: vt_kernel(TYPE, 5, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
-        case 6: vt_kernel(TYPE, 6, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
-        case 7: vt_kernel(TYPE, 7, w, nb, x, r0, beta, y, ld_y, mask); break;                      \
-        default: vt_kernel(TYPE, 8, w, nb, x, r0, beta, y, ld_y, mask); break;                     \
+        case 1: vt_kernel(TYPE, CHAINS, 1, w, nb, x, r0, beta, y, ld_y, mask); break;              \
+        case 2: vt_kernel(TYPE, CHAINS, 2, w, nb, x, r0, beta, y, ld_y, mask); break;              \
+        case 3: vt_kernel(TYPE, CHAINS, 3, w, nb, x, r0, beta, y, ld_y, mask); break;              \
+        case 4: vt_kernel(TYPE, CHAINS, 4, w, nb, x, r0, beta, y, ld_y, mask); break;              \
+        case 5: vt_kernel(TYPE, CHAINS, 5, w, nb, x, r0, beta, y, ld_y, mask); break;              \
+        case 6: vt_kernel(TYPE, CHAINS, 6, w, nb, x, r0, beta, y, ld_y, mask); break;              \
+        case 7: vt_kernel(TYPE, CHAINS, 7, w, nb, x, r0, beta, y, ld_y, mask); break;              \
+        default: vt_kernel(TYPE, CHAINS, 8, w, nb, x, r0, beta, y, ld_y, mask); break;             \
         }                                                                                          \
     }
-VT_DISPATCH(qk_vt_rows_q8_0, Q_Q8_0)
-VT_DISPATCH(qk_vt_rows_q4_k, Q_Q4_K)
-VT_DISPATCH(qk_vt_rows_q6_k, Q_Q6_K)
+VT_DISPATCH(qk_vt_rows_q8_0, Q_Q8_0, true)
+VT_DISPATCH(qk_vt_rows_signed, Q_Q8_0, false)
+VT_DISPATCH(qk_vt_rows_q4_k, Q_Q4_K, false)
+VT_DISPATCH(qk_vt_rows_q6_k, Q_Q6_K, false)
 
 /* vt_kernel's float steps for activation row r over S, its sums with the m weight rows one
  * row after the other (vt1_sums_*), into y's m columns: 8 blocks of the 16 rows at a time
- * turned into 8 vectors of one block each (the rows past m 0, never stored). HALF (Q8_0 as
- * it lies): the scales are t->h's halves and S lacks the -128 x sum of x (c32); otherwise
- * the scales are t->a's floats and S is exact. */
-VNNI512 static inline __attribute__((always_inline)) void
-vt1_finish(const int TYPE, const bool HALF, const vt_w *w, int64_t nb, const int32_t *S, int m,
-           const vt_x *x, int r, float beta, float *y)
+ * turned into 8 vectors of one block each (the rows past m 0, never stored). */
+VNNI512 static inline __attribute__((always_inline)) void vt1_finish(const int TYPE, const vt_w *w,
+                                                                     int64_t nb, const int32_t *S,
+                                                                     int m, const vt_x *x, int r,
+                                                                     float beta, float *y)
 {
     const int64_t ld = vt1_stride(nb);
     const int rows = x->rows;
@@ -139,40 +150,28 @@ vt1_finish(const int TYPE, const bool HALF, const vt_w *w, int64_t nb, const int
         for (int j = 0; j < 8; j++) {
             if (j >= nbl) break;
             const int64_t b = b0 + j, xb = b * rows + r;
-            if (HALF) { /* w + 128 was summed: -128 x the sum of x (c32) */
-                const __m512 a =
-                    _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w->h + b * 16)));
-                acc = vt_acc(TYPE, acc, _mm512_add_epi32(p[j], _mm512_set1_epi32(x->c32[xb])), a, a,
-                             x->d[xb], x->s[xb]);
-            } else {
-                const __m512 a = _mm512_loadu_ps(w->a + b * 16);
-                const __m512 mn = TYPE == Q_Q4_K ? _mm512_loadu_ps(w->m + b * 16) : a;
-                acc = vt_acc(TYPE, acc, p[j], a, mn, x->d[xb], x->s[xb]);
-            }
+            const __m512 a = _mm512_loadu_ps(w->a + b * 16);
+            const __m512 mn = TYPE == Q_Q4_K ? _mm512_loadu_ps(w->m + b * 16) : a;
+            acc = vt_acc(TYPE, acc, p[j], a, mn, x->d[xb], x->s[xb]);
         }
     }
     vt_store(y, acc, beta, (__mmask16)((1u << m) - 1));
 }
 
-VNNI512 void qk_vt1_finish_q8_0(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
-                                int r, float beta, float *y)
-{
-    vt1_finish(Q_Q8_0, true, w, nb, S, m, x, r, beta, y);
-}
 VNNI512 void qk_vt1_finish_signed(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
                                   int r, float beta, float *y)
 {
-    vt1_finish(Q_Q8_0, false, w, nb, S, m, x, r, beta, y);
+    vt1_finish(Q_Q8_0, w, nb, S, m, x, r, beta, y);
 }
 VNNI512 void qk_vt1_finish_q4_k(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
                                 int r, float beta, float *y)
 {
-    vt1_finish(Q_Q4_K, false, w, nb, S, m, x, r, beta, y);
+    vt1_finish(Q_Q4_K, w, nb, S, m, x, r, beta, y);
 }
 VNNI512 void qk_vt1_finish_q6_k(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
                                 int r, float beta, float *y)
 {
-    vt1_finish(Q_Q6_K, false, w, nb, S, m, x, r, beta, y);
+    vt1_finish(Q_Q6_K, w, nb, S, m, x, r, beta, y);
 }
 
 #endif /* QK_X86 */
