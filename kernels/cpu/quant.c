@@ -313,7 +313,7 @@ static bool matmul_vnni(int type, const void *w, int n, int k, const struct q_xq
          * than the products (quant_unpack.c) */
         for (int i0 = 0; i0 < n; i0 += VT_COLS) {
             const int m = n - i0 < VT_COLS ? n - i0 : VT_COLS;
-            qk_vt1_unpacked(type, (const char *)w + (size_t)i0 * rb, rb, m, (int64_t)nb, a, &wt,
+            qk_vt1_unpacked(type, (const char *)w + (size_t)i0 * rb, rb, m, (int64_t)nb, a,
                             (int32_t *)(buf + o_wr), beta, y + i0, ld_y);
         }
         return true;
@@ -345,8 +345,11 @@ static bool matmul_vnni(int type, const void *w, int n, int k, const struct q_xq
         const __mmask16 mask = (__mmask16)((1u << m) - 1);
         for (int r0 = 0; r0 < rows; r0 += VT_ROWS) {
             const int g = rows - r0 < VT_ROWS ? rows - r0 : VT_ROWS;
-            (signed_grid ? (type == Q_Q8_0 ? qk_vt_rows_q8_0 : qk_vt_rows_signed)
-                         : qk_vt_rows_q4_k)(&wt, (int64_t)nb, &xt, r0, g, beta, y + i0, ld_y, mask);
+            /* Q8_0 and the 32-element types in 4 chains, as their rows alone */
+            const bool chains = type == Q_Q8_0 || qk_vt_decode(type);
+            (signed_grid ? (chains ? qk_vt_rows_q8_0 : qk_vt_rows_signed)
+                         : (chains ? qk_vt_rows_q4_k32 : qk_vt_rows_q4_k))(
+                &wt, (int64_t)nb, &xt, r0, g, beta, y + i0, ld_y, mask);
         }
     }
     return true;

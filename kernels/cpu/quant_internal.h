@@ -535,14 +535,12 @@ bool qk_vt_decode(int type);
 VNNI512 void qk_vt_pack_unpacked(int type, const char *w, size_t rb, int m, int64_t nb,
                                  const vt_w *t, int8_t *tmp);
 /* The activation rows of a (up to VT1_MAX_ROWS) times the m (<= 16) rows at w of a
- * qk_vt_decode type, as they lie, into y's m columns: the tile's scales into t (as
- * qk_vt_pack_unpacked's), for each row the exact sums per block into S (as vt1_sums_* below)
- * and the float steps of qk_vt1_finish_signed (IQ4_NL) or _q4_k (the others), so that each row
- * gets what qk_vt_rows_* give it in a batch. S: 6 x 16 x vt1_stride(nb) 32-bit words. */
+ * qk_vt_decode type, as they lie, into y's m columns, in the arithmetic qk_vt_rows_q8_0
+ * (IQ4_NL) or qk_vt_rows_q4_k32 (the others) have in a batch (vt_fold4). S: rows x nb int32
+ * of scratch. */
 #define VT1_MAX_ROWS 8
 VNNI512 void qk_vt1_unpacked(int type, const char *w, size_t rb, int m, int64_t nb,
-                             const struct q_xq *a, const vt_w *t, int32_t *S, float beta, float *y,
-                             int ld_y);
+                             const struct q_xq *a, int32_t *S, float beta, float *y, int ld_y);
 /* Q8_0: y[r][i] = beta y[r][i] + w_i . x_r for the n weight rows at w (rb bytes apart, nb
  * blocks) and the a->rows (1..VT1_ROWS) rows of a, read as they lie, in qk_vt_rows_q8_0's
  * arithmetic (vt_fold4). c32: (rows > 1) rows x nb int32 of scratch. */
@@ -550,11 +548,9 @@ VNNI512 void qk_vt1_rows_q8_0(const char *w, size_t rb, int n, int64_t nb, const
                               int32_t *c32, float beta, float *y, int ld_y);
 /* The float steps of activation row r over its sums S (S + r * 16 * vt1_stride(nb)) and the
  * tile's scales (t->a) into y's m columns, one chain of blocks in order; and the R rows from
- * r0 of a batch times a packed tile (quant_vnni.c): Q8_0 in vt_tree4's chains, the others
- * (and _signed: the signed grids in Q8_0's tiles) in one chain. _signed: Q8_0's tile layout,
- * as qk_vt1_unpacked sums the signed grids. */
-VNNI512 void qk_vt1_finish_signed(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
-                                  int r, float beta, float *y);
+ * r0 of a batch times a packed tile (quant_vnni.c): Q8_0, IQ4_NL and the other 32-element
+ * types (_q4_k32) in vt_tree4's chains, the others in one chain (_signed: IQ4_XS in Q8_0's
+ * layout). */
 VNNI512 void qk_vt1_finish_q4_k(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
                                 int r, float beta, float *y);
 VNNI512 void qk_vt1_finish_q6_k(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
@@ -565,6 +561,8 @@ VNNI512 void qk_vt_rows_signed(const vt_w *w, int64_t nb, const vt_x *x, int r0,
                                float *y, int ld_y, __mmask16 mask);
 VNNI512 void qk_vt_rows_q4_k(const vt_w *w, int64_t nb, const vt_x *x, int r0, int R, float beta,
                              float *y, int ld_y, __mmask16 mask);
+VNNI512 void qk_vt_rows_q4_k32(const vt_w *w, int64_t nb, const vt_x *x, int r0, int R, float beta,
+                               float *y, int ld_y, __mmask16 mask);
 VNNI512 void qk_vt_rows_q6_k(const vt_w *w, int64_t nb, const vt_x *x, int r0, int R, float beta,
                              float *y, int ld_y, __mmask16 mask);
 /* Q4_K, Q5_K and Q6_K with AVX-512 VNNI (quant_kquants.c), Q8_K activations: for each weight

@@ -924,22 +924,59 @@ VNNI512 void qk_vt_pack_unpacked(int type, const char *w, size_t rb, int m, int6
 /* The activation rows qk_vt1_unpacked dots at once with each weight pair unpacked. */
 #define VT1_GROUP 4
 
-/* S[r][i][0..nb) (rows VT1_GROUP x 16 apart, nbp apart): the exact integer sums of each block
- * of weight row i (row) with the R activation rows from r0 (xq8 q, and qp in its pairs; the
- * signed grid as w + 128, its -128 x sum x added later, as in the tiles). The row is read from
- * start to end, the blocks of each whole unit of 8 in pairs as the AVX2 kernels read them
- * (pair_q), but both halves of a pair in one zmm (elements 0-15 of blocks p and p + 4, then
- * 16-31 of both: xq8.qp's order), unpacked once for the R rows, one vpdpbusd a pair and row;
- * the four pairs' lanes folded to the unit's 8 sums in block order. The blocks past the last
- * whole unit one at a time. */
+/* The float steps of activation row r (of x, nb blocks a row; c32: its -128 x sums, IQ4_NL)
+ * over p, the exact sums of blocks b0.. (n of them, 1..8, b0 a multiple of 8; the lanes past n
+ * 0) of a weight row whose scales are a (and minimums mn, as the tiles' t->m), as vt_acc adds
+ * each block in a tile: block b into chain b % 4 of acc (vt_fold4), so a row alone gets what
+ * qk_vt_rows_q8_0 (IQ4_NL) or qk_vt_rows_q4_k32 (the others) give it in a batch. */
 VNNI512 static inline __attribute__((always_inline)) void
-vt1_row32(const int type, const char *row, int64_t nb, const xq8 *x, int r0, const int R,
-          int32_t *S, size_t nbp, size_t pf, float *A, float *M)
+vt1_step32(const int type, __m256i p, __m256 a, __m256 mn, const xq8 *x, const int32_t *c32, int r,
+           int64_t nb, int64_t b0, int n, __m128 *acc)
+{
+    const __mmask8 k = (__mmask8)((1u << n) - 1);
+    const size_t at = (size_t)r * nb + b0;
+    if (type == Q_IQ4_NL) p = _mm256_add_epi32(p, _mm256_maskz_loadu_epi32(k, c32 + at));
+    const __m256 f = _mm256_cvtepi32_ps(p),
+                 t = _mm256_mul_ps(a, _mm256_maskz_loadu_ps(k, x->d + at));
+    const __m256 sx = type == Q_IQ4_NL ? t : _mm256_maskz_loadu_ps(k, x->s + at);
+    *acc = _mm_fmadd_ps(_mm256_castps256_ps128(f), _mm256_castps256_ps128(t), *acc);
+    if (type != Q_IQ4_NL)
+        *acc = _mm_fnmadd_ps(_mm256_castps256_ps128(mn), _mm256_castps256_ps128(sx), *acc);
+    if (n > 4) {
+        *acc = _mm_fmadd_ps(_mm256_extractf128_ps(f, 1), _mm256_extractf128_ps(t, 1), *acc);
+        if (type != Q_IQ4_NL)
+            *acc = _mm_fnmadd_ps(_mm256_extractf128_ps(mn, 1), _mm256_extractf128_ps(sx, 1), *acc);
+    }
+}
+
+/* The tiles' minimums (qk_vt_pack_unpacked's t->m) from the blocks' d (a) and m (M): Q4_0's
+ * 8 d, Q5_0's 16 d, Q4_1's and Q5_1's -m (IQ4_NL has none). */
+VNNI512 static inline __attribute__((always_inline)) __m256 vt1_mins32(const int type, __m256 a,
+                                                                       __m256 M)
+{
+    if (type == Q_Q4_0) return _mm256_mul_ps(a, _mm256_set1_ps(8.0f));
+    if (type == Q_Q5_0) return _mm256_mul_ps(a, _mm256_set1_ps(16.0f));
+    if (type == Q_Q4_1 || type == Q_Q5_1)
+        return _mm256_xor_ps(M, _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u)));
+    return a;
+}
+
+/* Weight row `row` times the R activation rows from r0 of a into acc[0..R): each block's exact
+ * integer sums (the signed grid as w + 128, its -128 x sum x added in vt1_step32, as in the
+ * tiles) and then its float steps. The row is read from start to end, the blocks of each
+ * whole unit of 8 in pairs as the AVX2 kernels read them (pair_q), but both halves of a pair
+ * in one zmm (elements 0-15 of blocks p and p + 4, then 16-31 of both: xq8.qp's order),
+ * unpacked once for the R rows, one vpdpbusd a pair and row; the four pairs' lanes folded to
+ * the unit's 8 sums in block order. The blocks past the last whole unit one at a time. */
+VNNI512 static inline __attribute__((always_inline)) void
+vt1_row32(const int type, const char *row, int64_t nb, const xq8 *x, const int32_t *c32, int r0,
+          const int R, size_t pf, __m128 acc[])
 {
     const int64_t k = nb * 32;
     const size_t bb = b32_bytes(type);
     const size_t qh_at = type == Q_Q5_1 ? 4 : 2;
     const size_t qs_at = type == Q_Q4_1 ? 4 : type == Q_Q5_0 || type == Q_Q5_1 ? qh_at + 4 : 2;
+    const bool mins = type == Q_Q4_1 || type == Q_Q5_1;
     const __m512i m4 = _mm512_set1_epi8(0x0F), x10 = _mm512_set1_epi8(0x10);
     const __m512i grid =
         _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)qk_iq4nl_values)),
@@ -947,24 +984,23 @@ vt1_row32(const int type, const char *row, int64_t nb, const xq8 *x, int r0, con
     int64_t b0 = 0;
     for (; x->qp && b0 + 8 <= nb; b0 += 8) {
         __m512i s[VT1_GROUP][2], t[VT1_GROUP][2];
-        if (A) { /* the unit's scales (and minimums), 8 at a time as the AVX2 kernels take them */
-            _mm256_storeu_ps(A + b0, f16x8_strided(row + (size_t)b0 * bb, bb));
-            if (type == Q_Q4_1 || type == Q_Q5_1)
-                _mm256_storeu_ps(M + b0, f16x8_strided(row + (size_t)b0 * bb + 2, bb));
-        }
+        /* the unit's scales (and minimums), 8 at a time as the AVX2 kernels take them */
+        const __m256 a = f16x8_strided(row + (size_t)b0 * bb, bb);
+        const __m256 mn =
+            vt1_mins32(type, a, mins ? f16x8_strided(row + (size_t)b0 * bb + 2, bb) : a);
 #pragma GCC unroll 4
         for (int p = 0; p < 4; p++) {
-            const char *a = row + (size_t)(b0 + p) * bb, *b = a + 4 * bb;
+            const char *pa = row + (size_t)(b0 + p) * bb, *pb = pa + 4 * bb;
             if (pf) _mm_prefetch(row + (size_t)(b0 + 2 * p) * bb + pf, _MM_HINT_T0);
             const __m256i v = _mm256_inserti128_si256(
-                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(a + qs_at))),
-                _mm_loadu_si128((const __m128i *)(b + qs_at)), 1);
+                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(pa + qs_at))),
+                _mm_loadu_si128((const __m128i *)(pb + qs_at)), 1);
             __m512i z = _mm512_and_si512(
                 _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1), m4);
             if (type == Q_Q5_0 || type == Q_Q5_1) {
                 uint32_t ha, hb;
-                memcpy(&ha, a + qh_at, 4);
-                memcpy(&hb, b + qh_at, 4);
+                memcpy(&ha, pa + qh_at, 4);
+                memcpy(&hb, pb + qh_at, 4);
                 const __mmask64 h = (uint64_t)(ha & 0xFFFFu) | (uint64_t)(hb & 0xFFFFu) << 16 |
                                     (uint64_t)(ha >> 16) << 32 | (uint64_t)(hb >> 16) << 48;
                 z = _mm512_or_si512(z, _mm512_maskz_mov_epi8(h, x10));
@@ -985,123 +1021,90 @@ vt1_row32(const int type, const char *row, int64_t nb, const xq8 *x, int r0, con
             /* per 128 bits: pairs 0-3; blocks 0-3, 4-7 (elements 0-15), 0-3, 4-7 (16-31) */
             const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t[r][0], t[r][1]),
                                                _mm512_unpackhi_epi64(t[r][0], t[r][1]));
-            _mm256_storeu_si256(
-                (__m256i *)(S + (size_t)r * 16 * nbp + b0),
-                _mm256_add_epi32(_mm512_castsi512_si256(u), _mm512_extracti64x4_epi64(u, 1)));
+            vt1_step32(type,
+                       _mm256_add_epi32(_mm512_castsi512_si256(u), _mm512_extracti64x4_epi64(u, 1)),
+                       a, mn, x, c32, r0 + r, nb, b0, 8, &acc[r]);
         }
     }
-    for (; b0 < nb; b0++) {
-        __m256i v = block_q(type, row, b0, 0);
-        if (type == Q_IQ4_NL) v = _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80));
-        if (A) {
+    for (; b0 < nb; b0 += 8) { /* up to 8 blocks, one at a time */
+        const int n = nb - b0 < 8 ? (int)(nb - b0) : 8;
+        int32_t S[VT1_GROUP][8] = {{0}};
+        float A[8] = {0}, M[8] = {0};
+        for (int j = 0; j < n; j++) {
+            const int64_t b = b0 + j;
+            __m256i v = block_q(type, row, b, 0);
+            if (type == Q_IQ4_NL) v = _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80));
             uint16_t h[2];
-            memcpy(h, row + (size_t)b0 * bb, 4);
-            A[b0] = _cvtsh_ss(h[0]);
-            if (type == Q_Q4_1 || type == Q_Q5_1) M[b0] = _cvtsh_ss(h[1]);
+            memcpy(h, row + (size_t)b * bb, 4);
+            A[j] = _cvtsh_ss(h[0]);
+            if (mins) M[j] = _cvtsh_ss(h[1]);
+            for (int r = 0; r < R; r++) {
+                const int8_t *xp = x->q + (size_t)(r0 + r) * k + b * 32;
+                const __m256i d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), v,
+                                                      _mm256_loadu_si256((const __m256i *)xp));
+                __m128i hs =
+                    _mm_add_epi32(_mm256_castsi256_si128(d), _mm256_extracti128_si256(d, 1));
+                hs = _mm_add_epi32(hs, _mm_shuffle_epi32(hs, _MM_SHUFFLE(1, 0, 3, 2)));
+                hs = _mm_add_epi32(hs, _mm_shuffle_epi32(hs, _MM_SHUFFLE(2, 3, 0, 1)));
+                S[r][j] = _mm_cvtsi128_si32(hs);
+            }
         }
-        for (int r = 0; r < R; r++) {
-            const int8_t *xp = x->q + (size_t)(r0 + r) * k + b0 * 32;
-            const __m256i d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), v,
-                                                  _mm256_loadu_si256((const __m256i *)xp));
-            __m128i h = _mm_add_epi32(_mm256_castsi256_si128(d), _mm256_extracti128_si256(d, 1));
-            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
-            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 3, 0, 1)));
-            S[(size_t)r * 16 * nbp + b0] = _mm_cvtsi128_si32(h);
-        }
+        const __m256 a = _mm256_loadu_ps(A);
+        const __m256 mn = vt1_mins32(type, a, _mm256_loadu_ps(M));
+        for (int r = 0; r < R; r++)
+            vt1_step32(type, _mm256_loadu_si256((const __m256i *)S[r]), a, mn, x, c32, r0 + r, nb,
+                       b0, n, &acc[r]);
     }
 }
 
-/* The scales of the tile (as qk_vt_pack_unpacked makes them) from the rows' A and M (16 x nbp,
- * vt1_row32's): a, the blocks' d; m, Q4_0's 8 d, Q5_0's 16 d, Q4_1's and Q5_1's -m (IQ4_NL
- * has none). Read from the rows (16 scalar loads a block, as Q8_0's) they took half of one
- * row's time (Q4_0, Zen 4). */
+/* The R activation rows from r0 of a (a group of VT1_GROUP or the rest) times the m rows. */
 VNNI512 static inline __attribute__((always_inline)) void
-vt1_scales32(const int type, const float *A, const float *M, int m, int64_t nb, size_t nbp,
-             const vt_w *t)
+vt1_group(const int type, const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a,
+          const int32_t *c32, int r0, const int R, float beta, float *y, int ld_y, size_t pf)
 {
-    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
-    for (int64_t b = 0; b < nb; b += 8) {
-        __m512i v[8], u[8];
-        vt_transpose((const char *)(A + b), nbp * 4, m, v);
-        if (type == Q_Q4_1 || type == Q_Q5_1) vt_transpose((const char *)(M + b), nbp * 4, m, u);
-#pragma GCC unroll 8
-        for (int g = 0; g < 8; g++) {
-            if (b + g >= nb) break;
-            const __m512 a = _mm512_castsi512_ps(v[g]);
-            _mm512_storeu_ps(t->a + (b + g) * 16, a);
-            if (type == Q_Q4_0)
-                _mm512_storeu_ps(t->m + (b + g) * 16, _mm512_mul_ps(a, _mm512_set1_ps(8.0f)));
-            if (type == Q_Q5_0)
-                _mm512_storeu_ps(t->m + (b + g) * 16, _mm512_mul_ps(a, _mm512_set1_ps(16.0f)));
-            if (type == Q_Q4_1 || type == Q_Q5_1)
-                _mm512_storeu_si512(t->m + (b + g) * 16, _mm512_xor_si512(u[g], sign));
-        }
-    }
-}
-
-/* The R activation rows from r0 of a, groups of VT1_GROUP, times the m rows at w. */
-VNNI512 static inline __attribute__((always_inline)) void
-vt1_group(const int type, const char *const row[16], int m, int64_t nb, const struct q_xq *a,
-          int r0, const int R, const vt_w *t, int32_t *S, float beta, float *y, int ld_y, size_t pf)
-{
-    const size_t nbp = (size_t)vt1_stride(nb);
-    float *A = (float *)(S + VT1_GROUP * 16 * nbp), *M = A + 16 * nbp;
-    for (int i = 0; i < m; i++)
-        vt1_row32(type, row[i], nb, &a->xq, r0, R, S + i * nbp, nbp, pf, r0 ? NULL : A + i * nbp,
-                  M + i * nbp);
-    if (r0 == 0) vt1_scales32(type, A, M, m, nb, nbp, t);
-    for (int r = 0; r < R; r++) {
-        int32_t *Sr = S + (size_t)r * 16 * nbp;
-        if (type == Q_IQ4_NL) { /* the grid's + 128: -128 x the row's sum per block */
-            const vt_x *xt = &a->xt;
-            int32_t *c = (int32_t *)A; /* free after the scales: the row's c32, block order */
-            for (int64_t b = 0; b < nb; b++) c[b] = xt->c32[(size_t)b * xt->rows + r0 + r];
-            for (int i = 0; i < m; i++)
-                for (int64_t b = 0; b < nb; b += 8) {
-                    const __mmask8 k8 = nb - b >= 8 ? 0xFF : (__mmask8)((1u << (nb - b)) - 1);
-                    __m256i *p = (__m256i *)(Sr + i * nbp + b);
-                    _mm256_storeu_si256(p, _mm256_add_epi32(_mm256_loadu_si256(p),
-                                                            _mm256_maskz_loadu_epi32(k8, c + b)));
-                }
-        }
-        /* the row's scales as a row alone has them (vt_x of one row) */
-        const vt_x x1 = {
-            .d = a->xq.d + (size_t)(r0 + r) * nb, .s = a->xq.s + (size_t)(r0 + r) * nb, .rows = 1};
-        (type == Q_IQ4_NL ? qk_vt1_finish_signed : qk_vt1_finish_q4_k)(t, nb, Sr, m, &x1, 0, beta,
-                                                                       y + (size_t)(r0 + r) * ld_y);
+    for (int i = 0; i < m; i++) {
+        __m128 acc[VT1_GROUP];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) acc[r] = _mm_setzero_ps();
+        vt1_row32(type, w + (size_t)i * rb, nb, &a->xq, c32, r0, R, pf, acc);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            vt_store(y + (size_t)(r0 + r) * ld_y + i, vt_fold4(acc[r]), beta, 1);
     }
 }
 
 VNNI512 static inline __attribute__((always_inline)) void
 vt1_unpacked(const int type, const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a,
-             const vt_w *t, int32_t *S, float beta, float *y, int ld_y)
+             int32_t *S, float beta, float *y, int ld_y)
 {
-    const char *row[16];
-    for (int i = 0; i < m; i++) row[i] = w + (size_t)i * rb;
+    /* IQ4_NL: the rows' -128 x sums, row after row (xt's are block after block) */
+    if (type == Q_IQ4_NL)
+        for (int r = 0; r < a->rows; r++)
+            for (int64_t b = 0; b < nb; b++)
+                S[(size_t)r * nb + b] = a->xt.c32[(size_t)b * a->xt.rows + r];
     /* one row: each weight row's blocks prefetched QU_PF_GROUPS rows ahead, as the AVX2
      * kernels do; more: the second group reads them from cache */
     const size_t pf = (size_t)QU_PF_GROUPS * rb;
     int r0 = 0;
     for (; r0 + VT1_GROUP <= a->rows; r0 += VT1_GROUP)
-        vt1_group(type, row, m, nb, a, r0, VT1_GROUP, t, S, beta, y, ld_y, pf);
+        vt1_group(type, w, rb, m, nb, a, S, r0, VT1_GROUP, beta, y, ld_y, pf);
     switch (a->rows - r0) {
-    case 1: vt1_group(type, row, m, nb, a, r0, 1, t, S, beta, y, ld_y, pf); break;
-    case 2: vt1_group(type, row, m, nb, a, r0, 2, t, S, beta, y, ld_y, pf); break;
-    case 3: vt1_group(type, row, m, nb, a, r0, 3, t, S, beta, y, ld_y, pf); break;
+    case 1: vt1_group(type, w, rb, m, nb, a, S, r0, 1, beta, y, ld_y, pf); break;
+    case 2: vt1_group(type, w, rb, m, nb, a, S, r0, 2, beta, y, ld_y, pf); break;
+    case 3: vt1_group(type, w, rb, m, nb, a, S, r0, 3, beta, y, ld_y, pf); break;
     default: break;
     }
 }
 
 VNNI512 void qk_vt1_unpacked(int type, const char *w, size_t rb, int m, int64_t nb,
-                             const struct q_xq *a, const vt_w *t, int32_t *S, float beta, float *y,
-                             int ld_y)
+                             const struct q_xq *a, int32_t *S, float beta, float *y, int ld_y)
 {
     switch (type) {
-    case Q_Q4_0: vt1_unpacked(Q_Q4_0, w, rb, m, nb, a, t, S, beta, y, ld_y); break;
-    case Q_Q4_1: vt1_unpacked(Q_Q4_1, w, rb, m, nb, a, t, S, beta, y, ld_y); break;
-    case Q_Q5_0: vt1_unpacked(Q_Q5_0, w, rb, m, nb, a, t, S, beta, y, ld_y); break;
-    case Q_Q5_1: vt1_unpacked(Q_Q5_1, w, rb, m, nb, a, t, S, beta, y, ld_y); break;
-    default: vt1_unpacked(Q_IQ4_NL, w, rb, m, nb, a, t, S, beta, y, ld_y); break;
+    case Q_Q4_0: vt1_unpacked(Q_Q4_0, w, rb, m, nb, a, S, beta, y, ld_y); break;
+    case Q_Q4_1: vt1_unpacked(Q_Q4_1, w, rb, m, nb, a, S, beta, y, ld_y); break;
+    case Q_Q5_0: vt1_unpacked(Q_Q5_0, w, rb, m, nb, a, S, beta, y, ld_y); break;
+    case Q_Q5_1: vt1_unpacked(Q_Q5_1, w, rb, m, nb, a, S, beta, y, ld_y); break;
+    default: vt1_unpacked(Q_IQ4_NL, w, rb, m, nb, a, S, beta, y, ld_y); break;
     }
 }
 

@@ -83,7 +83,7 @@ vt_block(const int TYPE, const int R, const vt_w *w, int64_t b, const vt_x *x, i
 }
 
 /* The R (a constant, 1..VT_ROWS) activation rows from r0 times the tile, into y's 16 columns
- * (mask: those that exist). TYPE is a constant too; CHAINS: Q8_0's 4 chains (vt_tree4),
+ * (mask: those that exist). TYPE is a constant too; CHAINS: Q8_0's and the 32-element types' 4 chains (vt_tree4),
  * else one chain of blocks in order. */
 VNNI512 static inline __attribute__((always_inline)) void
 vt_kernel(const int TYPE, const bool CHAINS, const int R, const vt_w *w, int64_t nb, const vt_x *x,
@@ -129,6 +129,7 @@ vt_kernel(const int TYPE, const bool CHAINS, const int R, const vt_w *w, int64_t
 VT_DISPATCH(qk_vt_rows_q8_0, Q_Q8_0, true)
 VT_DISPATCH(qk_vt_rows_signed, Q_Q8_0, false)
 VT_DISPATCH(qk_vt_rows_q4_k, Q_Q4_K, false)
+VT_DISPATCH(qk_vt_rows_q4_k32, Q_Q4_K, true)
 VT_DISPATCH(qk_vt_rows_q6_k, Q_Q6_K, false)
 
 /* vt_kernel's float steps for activation row r over S, its sums with the m weight rows one
@@ -158,11 +159,6 @@ VNNI512 static inline __attribute__((always_inline)) void vt1_finish(const int T
     vt_store(y, acc, beta, (__mmask16)((1u << m) - 1));
 }
 
-VNNI512 void qk_vt1_finish_signed(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
-                                  int r, float beta, float *y)
-{
-    vt1_finish(Q_Q8_0, w, nb, S, m, x, r, beta, y);
-}
 VNNI512 void qk_vt1_finish_q4_k(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
                                 int r, float beta, float *y)
 {
