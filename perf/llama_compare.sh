@@ -245,7 +245,7 @@ fi
 
 for f in "${files[@]}"; do
   base=$(basename "$f" .gguf)
-  bytes=$(stat -c %s "$f")
+  bytes=$(stat -L -c %s "$f")
   summary=$(jq -n --slurpfile r "$tmp/$base.ringlm.jsonl" --slurpfile p "$tmp/$base.pre.jsonl" \
     --slurpfile l "$tmp/$base.llama.jsonl" --argjson probe "$probe" --arg file "$base" \
     --slurpfile h "$tmp/$base.http.jsonl" \
