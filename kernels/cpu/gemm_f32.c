@@ -42,7 +42,7 @@ gemm_f32_mode gemm_f32_mode_get(void)
                                           : GEMM_F32_AUTO;
         __atomic_store_n(&mode, m, __ATOMIC_RELAXED);
     }
-    return (gemm_f32_mode)mode;
+    return (gemm_f32_mode)m;
 }
 
 #define KC 256 /* k per packed block */
