@@ -24,6 +24,8 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+
+#include "kernels/cpu/gemm_tile_avx2.h"
 #define GEMM_HAVE_AVX2 1
 #else
 #define GEMM_HAVE_AVX2 0
@@ -133,30 +135,6 @@ static void gemm_portable(int M, int N, int K, const float *x, int ld_x, const f
  * which never touches memory past the row. */
 static const int32_t tail_mask[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
 
-/* [R(a0), R(a1), R(a2), R(a3)] with R(a) = ((a0+a1)+(a2+a3)) + ((a4+a5)+(a6+a7)): the
- * horizontal adds pair exactly those lanes, so this is reduce8's order, four at a time. */
-static inline __attribute__((always_inline)) AVX2 __m128 reduce4(__m256 a0, __m256 a1, __m256 a2,
-                                                                 __m256 a3)
-{
-    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
-
-/* The 4 sums of a tile's weight rows into out[0], out[ld_yn], out[2 ld_yn], out[3 ld_yn]
- * (added to what is there with beta 1): one add each, as the contiguous store's. */
-static inline __attribute__((always_inline)) AVX2 void store4(__m128 s, float beta, float *out,
-                                                              size_t ld_yn)
-{
-    if (ld_yn == 1) {
-        if (beta != 0.0f) s = _mm_add_ps(_mm_loadu_ps(out), s);
-        _mm_storeu_ps(out, s);
-        return;
-    }
-    float v[4];
-    _mm_storeu_ps(v, s);
-    for (int j = 0; j < 4; j++)
-        out[(size_t)j * ld_yn] = beta == 0.0f ? v[j] : out[(size_t)j * ld_yn] + v[j];
-}
 
 static inline __attribute__((always_inline)) AVX2 void
 tile_avx2(int nr, int mr, int K, const float *x, int ld_x, const float *w, size_t ld_w, float beta,
@@ -194,11 +172,11 @@ tile_avx2(int nr, int mr, int K, const float *x, int ld_x, const float *w, size_
     for (int m = 0; m < mr; m++) {
         float *out = y + (size_t)m * ld_y;
         if (nr == NR) {
-            store4(reduce4(acc[0][m], acc[1][m], acc[2][m], acc[3][m]), beta, out, ld_yn);
+            gemm_store4(gemm_reduce4(acc[0][m], acc[1][m], acc[2][m], acc[3][m]), beta, out, ld_yn);
         } else {
 #pragma GCC unroll 4
             for (int n = 0; n < nr; n++) {
-                float s = _mm_cvtss_f32(reduce4(acc[n][m], acc[n][m], acc[n][m], acc[n][m]));
+                float s = _mm_cvtss_f32(gemm_reduce4(acc[n][m], acc[n][m], acc[n][m], acc[n][m]));
                 out[n] = beta == 0.0f ? s : out[n] + s;
             }
         }
@@ -285,14 +263,14 @@ tile_avx512(int nr, int mr, int K, const float *x, int ld_x, const float *w, siz
     for (int m = 0; m < mr; m++) {
         float *out = y + (size_t)m * ld_y;
         if (nr == NR) {
-            store4(
-                reduce4(fold16(acc[0][m]), fold16(acc[1][m]), fold16(acc[2][m]), fold16(acc[3][m])),
-                beta, out, ld_yn);
+            gemm_store4(gemm_reduce4(fold16(acc[0][m]), fold16(acc[1][m]), fold16(acc[2][m]),
+                                     fold16(acc[3][m])),
+                        beta, out, ld_yn);
         } else {
 #pragma GCC unroll 4
             for (int n = 0; n < nr; n++) {
                 const __m256 f = fold16(acc[n][m]);
-                float s = _mm_cvtss_f32(reduce4(f, f, f, f));
+                float s = _mm_cvtss_f32(gemm_reduce4(f, f, f, f));
                 out[n] = beta == 0.0f ? s : out[n] + s;
             }
         }

@@ -53,6 +53,8 @@ float qk_dot_float_portable(int type, const void *row, const float *x, int64_t k
 
 #if QK_X86
 
+#include "kernels/cpu/gemm_tile_avx2.h"
+
 /* ---- fused dot, AVX2 + FMA + F16C --------------------------------------------------- */
 
 /* A row of F16 weights as floats with F16C, 8 at a time (exact, as the scalar conversion):
@@ -85,30 +87,6 @@ static inline __attribute__((always_inline)) SIMD __m256 half8(int type, const u
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
 }
 
-/* gemm_small's reduction (gemm_small.c, reduce4): lane j of the result is
- * ((a_j0+a_j1)+(a_j2+a_j3)) + ((a_j4+a_j5)+(a_j6+a_j7)). */
-static inline __attribute__((always_inline)) SIMD __m128 reduce4(__m256 a0, __m256 a1, __m256 a2,
-                                                                 __m256 a3)
-{
-    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
-
-/* The 4 sums of a tile's weight rows into out[0], out[ld_yn], out[2 ld_yn], out[3 ld_yn]
- * (added to what is there with beta 1): one add each, as the contiguous store's. */
-static inline __attribute__((always_inline)) SIMD void store4(__m128 s, float beta, float *out,
-                                                              size_t ld_yn)
-{
-    if (ld_yn == 1) {
-        if (beta != 0.0f) s = _mm_add_ps(_mm_loadu_ps(out), s);
-        _mm_storeu_ps(out, s);
-        return;
-    }
-    float v[4];
-    _mm_storeu_ps(v, s);
-    for (int j = 0; j < 4; j++)
-        out[(size_t)j * ld_yn] = beta == 0.0f ? v[j] : out[(size_t)j * ld_yn] + v[j];
-}
 
 /* nr (1 or 4) weight rows (ld_w halves apart) by mr (1..4) activation rows, gemm_small's AVX2
  * tile (gemm_small.c, tile_avx2) with the weights converted in registers: 8 lanes, lane j
@@ -157,9 +135,9 @@ static inline __attribute__((always_inline)) SIMD void half_tile(int type, int n
     for (int m = 0; m < mr; m++) {
         float *out = y + (size_t)m * ld_y;
         if (nr == 4)
-            store4(reduce4(acc[0][m], acc[1][m], acc[2][m], acc[3][m]), beta, out, ld_yn);
+            gemm_store4(gemm_reduce4(acc[0][m], acc[1][m], acc[2][m], acc[3][m]), beta, out, ld_yn);
         else {
-            float s = _mm_cvtss_f32(reduce4(acc[0][m], acc[0][m], acc[0][m], acc[0][m]));
+            float s = _mm_cvtss_f32(gemm_reduce4(acc[0][m], acc[0][m], acc[0][m], acc[0][m]));
             out[0] = beta == 0.0f ? s : out[0] + s;
         }
     }
@@ -273,12 +251,12 @@ half_tile512(int type, int nr, int mr, int K, const uint16_t *w, size_t ld_w, co
     for (int m = 0; m < mr; m++) {
         float *out = y + (size_t)m * ld_y;
         if (nr == 4)
-            store4(
-                reduce4(fold16(acc[0][m]), fold16(acc[1][m]), fold16(acc[2][m]), fold16(acc[3][m])),
-                beta, out, ld_yn);
+            gemm_store4(gemm_reduce4(fold16(acc[0][m]), fold16(acc[1][m]), fold16(acc[2][m]),
+                                     fold16(acc[3][m])),
+                        beta, out, ld_yn);
         else {
             const __m256 f = fold16(acc[0][m]);
-            float s = _mm_cvtss_f32(reduce4(f, f, f, f));
+            float s = _mm_cvtss_f32(gemm_reduce4(f, f, f, f));
             out[0] = beta == 0.0f ? s : out[0] + s;
         }
     }
@@ -432,12 +410,12 @@ dp_tile(int nr, int mr, int K, const uint16_t *w, size_t ld_w, const uint16_t *x
     for (int m = 0; m < mr; m++) {
         float *out = y + (size_t)m * ld_y;
         if (nr == 4)
-            store4(
-                reduce4(fold16(acc[0][m]), fold16(acc[1][m]), fold16(acc[2][m]), fold16(acc[3][m])),
-                beta, out, ld_yn);
+            gemm_store4(gemm_reduce4(fold16(acc[0][m]), fold16(acc[1][m]), fold16(acc[2][m]),
+                                     fold16(acc[3][m])),
+                        beta, out, ld_yn);
         else {
             const __m256 f = fold16(acc[0][m]);
-            float s = _mm_cvtss_f32(reduce4(f, f, f, f));
+            float s = _mm_cvtss_f32(gemm_reduce4(f, f, f, f));
             out[0] = beta == 0.0f ? s : out[0] + s;
         }
     }
