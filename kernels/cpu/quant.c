@@ -292,22 +292,19 @@ static bool matmul_vnni(int type, const void *w, int n, int k, const struct q_xq
     const size_t o_wq = qk_carve(&off, nb * 512);
     const size_t o_wa = qk_carve(&off, nb * 64);
     const size_t o_wm = qk_carve(&off, nb * 64);
-    const size_t o_ws = qk_carve(&off, nb * 128);
     /* the tile's rows as they lie, or the unpacked types' bytes (k a row) */
     const size_t o_wr =
         qk_carve(&off, VT_COLS * (qk_is_unpacked(type) ? (size_t)k + 256 : q_row_bytes(type, k)));
     /* Q8_0 up to VT1_ROWS rows as they lie (Q4_K and Q6_K: matmul_ktiles) */
     const bool vt1 = rows <= VT1_ROWS && type == Q_Q8_0;
-    const size_t o_s = qk_carve(&off, vt1 ? (size_t)rows * 64 * vt1_stride((int64_t)nb) : 0);
+    const size_t o_s = qk_carve(&off, vt1 ? (size_t)rows * nb * 4 : 0);
     char *buf = (char *)tile_get(off / 4 + 16 + 1);
     if (!buf) return false;
     buf += (64 - (uintptr_t)buf % 64) % 64;
     const size_t rb = q_row_bytes(type, k);
     const vt_x xt = a->xt;
-    const vt_w wt = {.q = (uint8_t *)(buf + o_wq),
-                     .a = (float *)(buf + o_wa),
-                     .m = (float *)(buf + o_wm),
-                     .sc = (int32_t *)(buf + o_ws)};
+    const vt_w wt = {
+        .q = (uint8_t *)(buf + o_wq), .a = (float *)(buf + o_wa), .m = (float *)(buf + o_wm)};
     if (qk_vt_decode(type) && rows <= VT1_MAX_ROWS) {
         /* the 32-element types up to VT1_MAX_ROWS rows: as they lie, the packing cost more
          * than the products (quant_unpack.c) */

@@ -193,8 +193,7 @@ typedef struct xq8 {
 typedef struct vt_w { /* one repacked tile of VT_COLS weight rows, nb blocks of 32 */
     uint8_t *q;       /* [nb][8][16][4] unsigned weights */
     float *a;         /* [nb][16] block scales */
-    float *m;         /* [nb][16] Q4_K: dmin * m_j */
-    int32_t *sc;      /* [nb][2][16] Q6_K: the two 16-element scales */
+    float *m;         /* [nb][16] Q4_K's layout: dmin * m_j */
 } vt_w;
 
 typedef struct vt_x { /* the activation rows, block-major */
@@ -202,7 +201,6 @@ typedef struct vt_x { /* the activation rows, block-major */
     float *d;         /* [nb][rows] scales */
     float *s;         /* [nb][rows] d x sum q (Q4_K's minimums) */
     int32_t *c32;     /* [nb][rows] -128 x sum q (Q8_0) */
-    int32_t *c16;     /* [2 nb][rows] -32 x sum q per 16 elements (Q6_K) */
     int rows;
 } vt_x;
 
@@ -473,12 +471,6 @@ VNNI512 static inline __attribute__((always_inline)) __m256i vt1_reduce(const __
     default: F(w, rb, m, nb, x, 4, __VA_ARGS__); break;                                            \
     }
 
-/* The int32 stride of a weight row's block sums in vt1_sums_*'s S: nb rounded up to 8. */
-static inline int64_t vt1_stride(int64_t nb)
-{
-    return (nb + 7) & ~(int64_t)7;
-}
-
 SIMD float qk_dot_float_avx2(int type, const void *row, const float *x, int64_t k);
 SIMD float qk_dot_q8_0_avx2(const void *row, const float *x, int64_t k);
 SIMD float qk_dot_q4_k_avx2(const void *row, const float *x, int64_t k);
@@ -546,15 +538,9 @@ VNNI512 void qk_vt1_unpacked(int type, const char *w, size_t rb, int m, int64_t 
  * arithmetic (vt_fold4). c32: (rows > 1) rows x nb int32 of scratch. */
 VNNI512 void qk_vt1_rows_q8_0(const char *w, size_t rb, int n, int64_t nb, const struct q_xq *a,
                               int32_t *c32, float beta, float *y, int ld_y);
-/* The float steps of activation row r over its sums S (S + r * 16 * vt1_stride(nb)) and the
- * tile's scales (t->a) into y's m columns, one chain of blocks in order; and the R rows from
- * r0 of a batch times a packed tile (quant_vnni.c): Q8_0, IQ4_NL and the other 32-element
- * types (_q4_k32) in vt_tree4's chains, the others in one chain (_signed: IQ4_XS in Q8_0's
- * layout). */
-VNNI512 void qk_vt1_finish_q4_k(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
-                                int r, float beta, float *y);
-VNNI512 void qk_vt1_finish_q6_k(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
-                                int r, float beta, float *y);
+/* The R rows from r0 of a batch times a packed tile (quant_vnni.c): Q8_0, IQ4_NL and the
+ * other 32-element types (_q4_k32) in vt_tree4's chains, the others in one chain (_signed:
+ * IQ4_XS in Q8_0's layout). */
 VNNI512 void qk_vt_rows_q8_0(const vt_w *w, int64_t nb, const vt_x *x, int r0, int R, float beta,
                              float *y, int ld_y, __mmask16 mask);
 VNNI512 void qk_vt_rows_signed(const vt_w *w, int64_t nb, const vt_x *x, int r0, int R, float beta,
@@ -563,8 +549,6 @@ VNNI512 void qk_vt_rows_q4_k(const vt_w *w, int64_t nb, const vt_x *x, int r0, i
                              float *y, int ld_y, __mmask16 mask);
 VNNI512 void qk_vt_rows_q4_k32(const vt_w *w, int64_t nb, const vt_x *x, int r0, int R, float beta,
                                float *y, int ld_y, __mmask16 mask);
-VNNI512 void qk_vt_rows_q6_k(const vt_w *w, int64_t nb, const vt_x *x, int r0, int R, float beta,
-                             float *y, int ld_y, __mmask16 mask);
 /* Q4_K, Q5_K and Q6_K with AVX-512 VNNI (quant_kquants.c), Q8_K activations: for each weight
  * row, activation row and 256 elements, the exact integer sum I of the products times the
  * sub-block scales (Q6_K: of q - 32), and for Q4_K and Q5_K the exact sum M of the minimums

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kernels/cpu/quant_vnni.c — the AVX-512 VNNI tile kernels of the integer path, shared by
- * Q8_0, Q4_K and Q6_K (each family's file packs its weights into the tiles, vt_pack_*, or
- * sums one activation row against them as they lie, vt1_sums_*), and the float steps of that
- * one row. x86 only; compiled empty elsewhere, where q_isa never reaches Q_ISA_AVX512.
+ * kernels/cpu/quant_vnni.c — the AVX-512 VNNI tile kernels of the integer path in blocks of
+ * 32, shared by Q8_0 and the 32-element types (each family's file packs its weights into the
+ * tiles, vt_pack_*). x86 only; compiled empty elsewhere, where q_isa never reaches
+ * Q_ISA_AVX512.
  */
 #include "kernels/cpu/quant_internal.h"
 
@@ -19,14 +19,12 @@
  * them with 4 bytes of one activation row broadcast (64 MACs), and the block's scale is one
  * multiply-add per activation row for all 16 outputs. The activations, quantized as for the
  * AVX2 kernels (the same integers), are laid out block-major so the rows of a pass sit
- * together. The integer sums are exact: Q8_0's weights are stored as w + 128 and Q6_K's as
- * q in 0..63, and each block's sum starts at -128 (-32) x its activations' integer sum. */
+ * together. The integer sums are exact: Q8_0's weights are stored as w + 128, and each block's sum
+ * starts at -128 x its activations' integer sum. */
 
 /* The float step of one block of 32 for one activation row, with p the exact integer sums
- * of the block against the tile's 16 weight rows (Q6_K: already times the 16-element
- * scales) and a their scales: acc += p * (a * dx), and for Q4_K acc -= mn * sx (mn = dmin
- * m_j). vt_kernel and vt1_finish (up to VT1_ROWS rows) both add through this, so a row alone
- * and the same row in a batch get the same outputs to the bit. */
+ * of the block against the tile's 16 weight rows and a their scales: acc += p * (a * dx),
+ * and for Q4_K's layout acc -= mn * sx (mn = dmin m_j). */
 VNNI512 static inline __attribute__((always_inline)) __m512
 vt_acc(const int TYPE, __m512 acc, __m512i p, __m512 a, __m512 mn, float dx, float sx)
 {
@@ -43,18 +41,11 @@ vt_block(const int TYPE, const int R, const vt_w *w, int64_t b, const vt_x *x, i
     const int rows = x->rows;
     const uint8_t *wq = w->q + b * 512;
     const int8_t *xq = x->q + ((size_t)b * rows + r0) * 32;
-    __m512i p[VT_ROWS], p2[VT_ROWS];
+    __m512i p[VT_ROWS];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; r++) {
-        if (TYPE == Q_Q8_0) {
-            p[r] = _mm512_set1_epi32(x->c32[(size_t)b * rows + r0 + r]);
-        } else if (TYPE == Q_Q6_K) {
-            p[r] = _mm512_set1_epi32(x->c16[(size_t)2 * b * rows + r0 + r]);
-            p2[r] = _mm512_set1_epi32(x->c16[(size_t)(2 * b + 1) * rows + r0 + r]);
-        } else {
-            p[r] = _mm512_setzero_si512();
-        }
-    }
+    for (int r = 0; r < R; r++)
+        p[r] = TYPE == Q_Q8_0 ? _mm512_set1_epi32(x->c32[(size_t)b * rows + r0 + r])
+                              : _mm512_setzero_si512();
 #pragma GCC unroll 8
     for (int g = 0; g < 8; g++) {
         const __m512i wv = _mm512_loadu_si512(wq + 64 * g);
@@ -62,18 +53,8 @@ vt_block(const int TYPE, const int R, const vt_w *w, int64_t b, const vt_x *x, i
         for (int r = 0; r < R; r++) {
             int32_t xv;
             memcpy(&xv, xq + 32 * r + 4 * g, 4);
-            if (TYPE == Q_Q6_K && g >= 4)
-                p2[r] = _mm512_dpbusd_epi32(p2[r], wv, _mm512_set1_epi32(xv));
-            else
-                p[r] = _mm512_dpbusd_epi32(p[r], wv, _mm512_set1_epi32(xv));
+            p[r] = _mm512_dpbusd_epi32(p[r], wv, _mm512_set1_epi32(xv));
         }
-    }
-    if (TYPE == Q_Q6_K) {
-        const __m512i s0 = _mm512_loadu_si512(w->sc + b * 32);
-        const __m512i s1 = _mm512_loadu_si512(w->sc + b * 32 + 16);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++)
-            p[r] = _mm512_add_epi32(_mm512_mullo_epi32(p[r], s0), _mm512_mullo_epi32(p2[r], s1));
     }
     const float *dx = x->d + (size_t)b * rows + r0, *sx = x->s + (size_t)b * rows + r0;
     const __m512 a = _mm512_loadu_ps(w->a + b * 16);
@@ -130,44 +111,5 @@ VT_DISPATCH(qk_vt_rows_q8_0, Q_Q8_0, true)
 VT_DISPATCH(qk_vt_rows_signed, Q_Q8_0, false)
 VT_DISPATCH(qk_vt_rows_q4_k, Q_Q4_K, false)
 VT_DISPATCH(qk_vt_rows_q4_k32, Q_Q4_K, true)
-VT_DISPATCH(qk_vt_rows_q6_k, Q_Q6_K, false)
-
-/* vt_kernel's float steps for activation row r over S, its sums with the m weight rows one
- * row after the other (vt1_sums_*), into y's m columns: 8 blocks of the 16 rows at a time
- * turned into 8 vectors of one block each (the rows past m 0, never stored). */
-VNNI512 static inline __attribute__((always_inline)) void vt1_finish(const int TYPE, const vt_w *w,
-                                                                     int64_t nb, const int32_t *S,
-                                                                     int m, const vt_x *x, int r,
-                                                                     float beta, float *y)
-{
-    const int64_t ld = vt1_stride(nb);
-    const int rows = x->rows;
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-        __m512i p[8];
-        vt_transpose((const char *)(S + b0), (size_t)ld * 4, m, p);
-        const int64_t nbl = nb - b0 < 8 ? nb - b0 : 8;
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) {
-            if (j >= nbl) break;
-            const int64_t b = b0 + j, xb = b * rows + r;
-            const __m512 a = _mm512_loadu_ps(w->a + b * 16);
-            const __m512 mn = TYPE == Q_Q4_K ? _mm512_loadu_ps(w->m + b * 16) : a;
-            acc = vt_acc(TYPE, acc, p[j], a, mn, x->d[xb], x->s[xb]);
-        }
-    }
-    vt_store(y, acc, beta, (__mmask16)((1u << m) - 1));
-}
-
-VNNI512 void qk_vt1_finish_q4_k(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
-                                int r, float beta, float *y)
-{
-    vt1_finish(Q_Q4_K, w, nb, S, m, x, r, beta, y);
-}
-VNNI512 void qk_vt1_finish_q6_k(const vt_w *w, int64_t nb, const int32_t *S, int m, const vt_x *x,
-                                int r, float beta, float *y)
-{
-    vt1_finish(Q_Q6_K, w, nb, S, m, x, r, beta, y);
-}
 
 #endif /* QK_X86 */

@@ -79,7 +79,7 @@ SIMD void qk_xq8_row_avx2(const float *x, int8_t *q, float *d, float *s, int64_t
 /* ---- AVX-512 VNNI layouts ----------------------------------------------------------- */
 
 /* The rows of xq (row-major, as the kernels above take them) block-major, with the integer
- * sums Q8_0 and Q6_K start from. */
+ * sums Q8_0 starts from. */
 VNNI512 void qk_vt_layout(const xq8 *xq, int rows, int64_t k, const vt_x *t)
 {
     const int64_t nb = k / 32;
@@ -95,8 +95,6 @@ VNNI512 void qk_vt_layout(const xq8 *xq, int rows, int64_t k, const vt_x *t)
             const int s0 = _mm256_extract_epi32(s8, 0) + _mm256_extract_epi32(s8, 2) - 2048;
             const int s1 = _mm256_extract_epi32(s8, 4) + _mm256_extract_epi32(s8, 6) - 2048;
             t->c32[(size_t)b * rows + r] = -128 * (s0 + s1);
-            t->c16[(size_t)2 * b * rows + r] = -32 * s0;
-            t->c16[(size_t)(2 * b + 1) * rows + r] = -32 * s1;
         }
 }
 
@@ -158,7 +156,6 @@ static size_t xq_plan(int rows, int k, int isa, size_t o[18])
         o[4] = qk_carve(&off, R * nb * 4);
         o[5] = qk_carve(&off, R * nb * 4);
         o[6] = qk_carve(&off, R * nb * 4);
-        o[7] = qk_carve(&off, 2 * R * nb * 4);
     }
     if (q8k_wanted(rows, k, isa)) {
         o[10] = qk_carve(&off, R * (size_t)k);
@@ -231,7 +228,6 @@ const q_xq *q_xq_prepare(void *mem, size_t bytes, const float *x, int rows, int 
                        .d = (float *)(buf + o[4]),
                        .s = (float *)(buf + o[5]),
                        .c32 = (int32_t *)(buf + o[6]),
-                       .c16 = (int32_t *)(buf + o[7]),
                        .rows = rows};
         qk_vt_layout(&a->xq, rows, k, &a->xt);
         if (a->xq.kq && rows > KT1_ROWS) {
