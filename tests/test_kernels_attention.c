@@ -286,3 +286,72 @@ Test(kernels_attention, decode_rows_and_chunks_of_several_sequences_in_one_batch
                                                .rows = {35, 1, 19},
                                                .seed = 24});
 }
+
+/* The case's rows as decode rows (a tile each), all in one batch and then each alone: a
+ * decode item takes all of a row's KV heads in a batch of many rows and a few of them when
+ * the row is alone (so that one row still spreads over the workers), and neither may change
+ * a bit of the row. */
+static void check_alone(const char *what, attn_case ac)
+{
+    for (int threads = 1; threads <= 2; threads++) {
+        ac.threads = threads;
+        attn_run r;
+        cr_assert_eq(attn_run_init(&r, &ac), 0, "%s: cannot set up", what);
+        attn_run_tiles(&r, 1);
+        const size_t n_out = (size_t)r.n_rows * r.c.q_dim;
+        cpu_attention(&r.c);
+        const double err = max_err(&r);
+        cr_assert_leq(err, TOL, "%s, %d thread(s): batch off the reference by %.3g", what, threads,
+                      err);
+        float *batch = malloc(n_out * sizeof *batch);
+        struct tile *tiles = malloc((size_t)r.c.n_tiles * sizeof *tiles);
+        memcpy(batch, r.c.att, n_out * sizeof *batch);
+        memcpy(tiles, r.c.tiles, (size_t)r.c.n_tiles * sizeof *tiles);
+        const int n_tiles = r.c.n_tiles;
+        for (int t = 0; t < n_tiles; t++) {
+            r.c.n_tiles = 1;
+            r.c.tiles[0] = tiles[t];
+            memset(r.c.att, 0, n_out * sizeof(float));
+            cpu_attention(&r.c);
+            const size_t at = (size_t)tiles[t].row0 * r.c.q_dim;
+            cr_assert(memcmp(batch + at, r.c.att + at, (size_t)r.c.q_dim * sizeof(float)) == 0,
+                      "%s, %d thread(s): row %d alone gives other bits than in the batch of %d",
+                      what, threads, tiles[t].row0, n_tiles);
+        }
+        free(tiles);
+        free(batch);
+        attn_run_free(&r);
+    }
+}
+
+Test(kernels_attention, a_decode_row_alone_gives_the_bits_it_gets_among_many)
+{
+    check_alone("12 heads of 64", (attn_case){.head_size = 64,
+                                              .n_heads = 12,
+                                              .n_kv_heads = 12,
+                                              .block_size = 16,
+                                              .n_seqs = 8,
+                                              .ctx = {0, 5, 16, 31, 47, 64, 100, 129},
+                                              .rows = {1, 1, 1, 1, 1, 1, 1, 1},
+                                              .seed = 25});
+    check_alone("GQA 8/2 of 40, window 20, soft-capped", (attn_case){.head_size = 40,
+                                                                     .n_heads = 8,
+                                                                     .n_kv_heads = 2,
+                                                                     .block_size = 3,
+                                                                     .window = 20,
+                                                                     .softcap = 30.0f,
+                                                                     .n_seqs = 6,
+                                                                     .ctx = {1, 19, 20, 21, 50, 77},
+                                                                     .rows = {1, 1, 1, 1, 1, 1},
+                                                                     .seed = 26});
+    /* 24 KV heads' scores over 3000 positions do not fit one worker's scratch: in the batch
+     * (one worker) a row's heads go in two passes */
+    check_alone("24 heads of 36 over 3000 positions", (attn_case){.head_size = 36,
+                                                                  .n_heads = 24,
+                                                                  .n_kv_heads = 24,
+                                                                  .block_size = 16,
+                                                                  .n_seqs = 3,
+                                                                  .ctx = {2999, 7, 1500},
+                                                                  .rows = {1, 1, 1},
+                                                                  .seed = 27});
+}

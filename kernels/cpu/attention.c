@@ -2,7 +2,7 @@
 /*
  * kernels/cpu/attention.c — the CPU backend's paged attention: each row's query heads over
  * positions 0..pos of its sequence, K and V read block by block through the sequence's
- * block table. A decode row goes through attend_head; the prefill rows of one sequence, in
+ * block table. A decode row goes through attend_row; the prefill rows of one sequence, in
  * tiles of up to TILE_ROWS, through attend_block: blocked products with an online softmax.
  */
 #include "kernels/cpu/cpu.h"
@@ -108,66 +108,95 @@ static float softcap(float *s, int n, float cap)
     return max;
 }
 
+/*
+ * One decode row: its query heads of the KV heads kh0..kh1-1 over positions 0..n_pos-1 of
+ * its sequence, K/V read block by block through the block table: scores = q·k /
+ * sqrt(head_size), softmax (max subtracted), out = Σ a·v, for each head.
+ *
+ * The heads go together through each block: K is read 8 positions at a time, each of the 8
+ * rows of K from its first head to its last (8 sequential runs of (kh1 - kh0) · head_size
+ * floats), not one head's 64 floats from every position and then the next head's: at 32
+ * sequences a step reads as much K/V as weights, and head by head (256 bytes every 3 KiB)
+ * the decode attention ran at a quarter of the read bandwidth. Every score, softmax and
+ * weighted sum is computed as head by head — one 8-lane chain per score reduced by one
+ * pairwise tree, the same sums in the same order — so the bits do not depend on how many
+ * heads an item takes. scores: n_pos floats for each query head, then one each.
+ */
 CPU_CLONES
-static void attend_head(const cpu *c, const float *q, const int32_t *table, int kvh, int n_pos,
-                        float *scores, float *out)
+static void attend_row(const cpu *c, const float *q, const int32_t *table, int kh0, int kh1,
+                       int n_pos, float *scores, float *out)
 {
-    const int hs = c->head_size, bs = c->block_size, kv_dim = c->kv_dim;
-    const int hs8 = hs & ~7;
+    const int hs = c->head_size, bs = c->block_size, kv_dim = c->kv_dim, group = c->group;
+    const int hs8 = hs & ~7, nq = (kh1 - kh0) * group;
+    const size_t q0 = (size_t)kh0 * group * hs; /* the first query head's floats */
     const float scale = c->att_div;
     /* a windowed layer sees the last `window` positions only: [lo, n_pos) */
     const int lo = c->window && n_pos > c->window ? n_pos - c->window : 0;
-    float max = -INFINITY;
+    float *mx = scores + (size_t)nq * n_pos; /* each head's largest score, then 1 / its sum */
+    for (int h = 0; h < nq; h++) mx[h] = -INFINITY;
     for (int t0 = lo / bs * bs; t0 < n_pos; t0 += bs) {
-        const float *k = kv_at(c, table[t0 / bs], c->layer, 0, 0) + (size_t)kvh * hs;
-        int n = n_pos - t0 < bs ? n_pos - t0 : bs;
+        const float *kb = kv_at(c, table[t0 / bs], c->layer, 0, 0);
+        const int n = n_pos - t0 < bs ? n_pos - t0 : bs;
         int i = t0 < lo ? lo - t0 : 0;
-        k += (size_t)i * kv_dim;
         if (hs8 == hs) {
             /* 8 positions at a time; their 8 partial-sum vectors are reduced together by a
              * pairwise-add tree (as _mm256_hadd_ps), far cheaper than 8 separate reductions */
-            for (; i + 8 <= n; i += 8, k += 8 * (size_t)kv_dim) {
-                v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0};
-                for (int j = 0; j < hs; j += 8) {
-                    const v8f qv = *(const v8f *)(q + j);
-                    a0 += qv * *(const v8f *)(k + j);
-                    a1 += qv * *(const v8f *)(k + kv_dim + j);
-                    a2 += qv * *(const v8f *)(k + 2 * (size_t)kv_dim + j);
-                    a3 += qv * *(const v8f *)(k + 3 * (size_t)kv_dim + j);
-                    a4 += qv * *(const v8f *)(k + 4 * (size_t)kv_dim + j);
-                    a5 += qv * *(const v8f *)(k + 5 * (size_t)kv_dim + j);
-                    a6 += qv * *(const v8f *)(k + 6 * (size_t)kv_dim + j);
-                    a7 += qv * *(const v8f *)(k + 7 * (size_t)kv_dim + j);
+            for (; i + 8 <= n; i += 8)
+                for (int h = 0; h < nq; h++) {
+                    const float *qh = q + q0 + (size_t)h * hs;
+                    const float *k = kb + (size_t)i * kv_dim + (size_t)(kh0 + h / group) * hs;
+                    v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0},
+                        a7 = {0};
+                    for (int j = 0; j < hs; j += 8) {
+                        const v8f qv = *(const v8f *)(qh + j);
+                        a0 += qv * *(const v8f *)(k + j);
+                        a1 += qv * *(const v8f *)(k + kv_dim + j);
+                        a2 += qv * *(const v8f *)(k + 2 * (size_t)kv_dim + j);
+                        a3 += qv * *(const v8f *)(k + 3 * (size_t)kv_dim + j);
+                        a4 += qv * *(const v8f *)(k + 4 * (size_t)kv_dim + j);
+                        a5 += qv * *(const v8f *)(k + 5 * (size_t)kv_dim + j);
+                        a6 += qv * *(const v8f *)(k + 6 * (size_t)kv_dim + j);
+                        a7 += qv * *(const v8f *)(k + 7 * (size_t)kv_dim + j);
+                    }
+                    v8f sc;
+                    HADD_TREE8(sc, a0, a1, a2, a3, a4, a5, a6, a7);
+                    sc /= scale;
+                    float *sh = scores + (size_t)h * n_pos + t0 + i;
+                    for (int m = 0; m < 8; m++) {
+                        sh[m] = sc[m];
+                        if (sc[m] > mx[h]) mx[h] = sc[m];
+                    }
                 }
-                v8f sc;
-                HADD_TREE8(sc, a0, a1, a2, a3, a4, a5, a6, a7);
-                sc /= scale;
-                for (int m = 0; m < 8; m++) {
-                    scores[t0 + i + m] = sc[m];
-                    if (sc[m] > max) max = sc[m];
-                }
+        }
+        for (; i < n; i++)
+            for (int h = 0; h < nq; h++) {
+                const float *qh = q + q0 + (size_t)h * hs;
+                const float *k = kb + (size_t)i * kv_dim + (size_t)(kh0 + h / group) * hs;
+                v8f acc = {0};
+                int j = 0;
+                for (; j < hs8; j += 8) acc += *(const v8f *)(qh + j) * *(const v8f *)(k + j);
+                float score = ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+                              ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+                for (; j < hs; j++) score += qh[j] * k[j];
+                score /= scale;
+                scores[(size_t)h * n_pos + t0 + i] = score;
+                if (score > mx[h]) mx[h] = score;
             }
-        }
-        for (; i < n; i++, k += kv_dim) {
-            v8f acc = {0};
-            int j = 0;
-            for (; j < hs8; j += 8) acc += *(const v8f *)(q + j) * *(const v8f *)(k + j);
-            float score =
-                ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-            for (; j < hs; j++) score += q[j] * k[j];
-            score /= scale;
-            scores[t0 + i] = score;
-            if (score > max) max = score;
-        }
     }
-    if (c->hp.attn_softcap > 0.0f) max = softcap(scores + lo, n_pos - lo, c->hp.attn_softcap);
-    const float inv = 1.0f / exp_shifted_sum(scores + lo, n_pos - lo, max);
-    memset(out, 0, (size_t)hs * sizeof *out);
+    for (int h = 0; h < nq; h++) {
+        float *sh = scores + (size_t)h * n_pos;
+        if (c->hp.attn_softcap > 0.0f) mx[h] = softcap(sh + lo, n_pos - lo, c->hp.attn_softcap);
+        mx[h] = 1.0f / exp_shifted_sum(sh + lo, n_pos - lo, mx[h]);
+    }
+    memset(out + q0, 0, (size_t)nq * hs * sizeof *out);
     for (int t0 = lo / bs * bs; t0 < n_pos; t0 += bs) {
-        const float *v = kv_at(c, table[t0 / bs], c->layer, 1, 0) + (size_t)kvh * hs;
-        int n = n_pos - t0 < bs ? n_pos - t0 : bs;
-        int i = t0 < lo ? lo - t0 : 0;
-        weighted_sum(out, v + (size_t)i * kv_dim, (size_t)kv_dim, scores + t0 + i, inv, n - i, hs);
+        const float *vb = kv_at(c, table[t0 / bs], c->layer, 1, 0);
+        const int n = n_pos - t0 < bs ? n_pos - t0 : bs;
+        const int i = t0 < lo ? lo - t0 : 0;
+        for (int h = 0; h < nq; h++)
+            weighted_sum(out + q0 + (size_t)h * hs,
+                         vb + (size_t)i * kv_dim + (size_t)(kh0 + h / group) * hs, (size_t)kv_dim,
+                         scores + (size_t)h * n_pos + t0 + i, mx[h], n - i, hs);
     }
 }
 
@@ -344,27 +373,46 @@ static void attend_block(const cpu *c, const struct tile *tl, int kvh, int qi0, 
 }
 #undef VSEL
 
-/* One item = one tile and one KV head. A single row (decode) goes straight through
- * attend_head; several rows of one sequence (prefill) through attend_block, QB query
+/* Query heads' scores a worker's scratch holds for one decode row: every head's up to a
+ * quarter of a MiB, at least one KV head's. */
+#define ATT_ROW_SCRATCH_FLOATS (64 * 1024)
+
+/* KV heads a decode item takes: all of a row's where there are rows enough to share among
+ * the workers (4 items a worker), else fewer, so that one or two rows still spread. */
+static int att_row_heads(const cpu *c)
+{
+    const int n_kv = c->c.n_kv_heads, want = 4 * c->workers.n_workers;
+    const int ranges = c->n_tiles >= want ? 1 : (want + c->n_tiles - 1) / c->n_tiles;
+    return ranges >= n_kv ? 1 : (n_kv + ranges - 1) / ranges;
+}
+
+/* One item = one tile and one KV head. A single row (decode) goes through attend_row, the
+ * item of every att_row_heads-th KV head with the heads up to the next one (the items
+ * between do nothing); several rows of one sequence (prefill) through attend_block, QB query
  * vectors at a time. */
 static void attention_item(cpu *c, int item, int worker)
 {
     const eng_batch *b = c->b;
     const struct tile *tl = &c->tiles[item / c->c.n_kv_heads];
-    const int kvh = item % c->c.n_kv_heads, hs = c->head_size;
+    const int kvh = item % c->c.n_kv_heads;
     float *scratch = c->scores + (size_t)worker * c->scores_per_worker;
     if (tl->row1 - tl->row0 > 1) {
         const int nq = (tl->row1 - tl->row0) * c->group;
         for (int qi0 = 0; qi0 < nq; qi0 += QB) attend_block(c, tl, kvh, qi0, scratch);
         return;
     }
-    const int row = tl->row0, pos = b->positions[row];
+    const int per_item = att_row_heads(c);
+    if (kvh % per_item) return;
+    const int row = tl->row0, n_pos = b->positions[row] + 1;
+    const int end = kvh + per_item < c->c.n_kv_heads ? kvh + per_item : c->c.n_kv_heads;
+    /* as many KV heads at a time as the scratch holds the scores of (at least one) */
+    int fit = (int)(c->scores_per_worker / ((size_t)c->group * ((size_t)n_pos + 1)));
+    fit = fit < 1 ? 1 : fit;
     const int32_t *table = kv_table(c, tl->seq);
-    for (int h = kvh * c->group; h < (kvh + 1) * c->group; h++)
-        attend_head(c, c->q + (size_t)row * c->q_dim + (size_t)h * hs, table, kvh, pos + 1, scratch,
-                    c->att + (size_t)row * c->q_dim + (size_t)h * hs);
+    for (int kh = kvh; kh < end; kh += fit)
+        attend_row(c, c->q + (size_t)row * c->q_dim, table, kh, end - kh < fit ? end : kh + fit,
+                   n_pos, scratch, c->att + (size_t)row * c->q_dim);
 }
-
 
 /* Pool tasks per worker at most: a decode item (one row, one KV head) takes a microsecond or
  * two, about what claiming it costs when the claim word and the done count cross between
@@ -386,10 +434,14 @@ static void attention_task(void *ctx, int task, int worker)
 
 size_t cpu_attention_scratch(const cpu *c)
 {
-    /* attend_head's scores over the context, or attend_block's Qᵀ, Oᵀ and Sᵀ from the
-     * first cache line of the worker's part (16 floats more) */
-    size_t block = (2 * (size_t)c->head_size + KB) * QB + 16, head = (size_t)c->c.seq_len;
-    return block > head ? block : head;
+    /* attend_row's scores over the context and one float more, for one KV head's query heads
+     * and as many more KV heads as ATT_ROW_SCRATCH_FLOATS holds; or attend_block's Qᵀ, Oᵀ and
+     * Sᵀ from the first cache line of the worker's part (16 floats more) */
+    const size_t kv_head = (size_t)c->group * ((size_t)c->c.seq_len + 1);
+    size_t heads = ATT_ROW_SCRATCH_FLOATS / kv_head;
+    heads = heads < 1 ? 1 : heads > (size_t)c->c.n_kv_heads ? (size_t)c->c.n_kv_heads : heads;
+    size_t block = (2 * (size_t)c->head_size + KB) * QB + 16, row = heads * kv_head;
+    return block > row ? block : row;
 }
 
 void cpu_attention(cpu *c)
