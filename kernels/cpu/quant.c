@@ -363,12 +363,15 @@ static bool matmul_ktiles(int type, const void *w, int n, int k, const struct q_
     const int rows = a->rows;
     const size_t rb = q_row_bytes(type, k);
     if (rows <= KT1_ROWS) {
+        char *s = (char *)tile_get(qk_kt1_bytes(nb) / 4 + 16 + 1);
+        if (!s) return false;
+        s += (64 - (uintptr_t)s % 64) % 64;
         for (int i0 = 0; i0 < n; i0 += VT_COLS) {
             const int m = n - i0 < VT_COLS ? n - i0 : VT_COLS;
             (type == Q_Q4_K   ? qk_kt1_q4_k
              : type == Q_Q5_K ? qk_kt1_q5_k
-                              : qk_kt1_q6_k)((const char *)w + (size_t)i0 * rb, rb, m, nb, a, beta,
-                                             y + i0, ld_y);
+                              : qk_kt1_q6_k)((const char *)w + (size_t)i0 * rb, rb, m, nb, a, s,
+                                             beta, y + i0, ld_y);
         }
         return true;
     }

@@ -566,13 +566,14 @@ VNNI512 void qk_kt_rows_q6_k(const kt_w *w, int64_t nb, const kt_x *x, int r0, i
                              float *y, int ld_y, __mmask16 mask);
 /* The a->rows (1..KT1_ROWS) activation rows (Q8_K: xq8's kq, kd, ks; Q4_K kt_x's q1) times
  * the m (<= 16) weight rows at w (rb bytes apart) as they lie, into y's m columns (y = beta y
- * + w x; rows ld_y apart). */
+ * + w x; rows ld_y apart); scratch: qk_kt1_bytes(nb), 64-aligned. */
+size_t qk_kt1_bytes(int64_t nb);
 VNNI512 void qk_kt1_q4_k(const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a,
-                         float beta, float *y, int ld_y);
+                         void *scratch, float beta, float *y, int ld_y);
 VNNI512 void qk_kt1_q5_k(const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a,
-                         float beta, float *y, int ld_y);
+                         void *scratch, float beta, float *y, int ld_y);
 VNNI512 void qk_kt1_q6_k(const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a,
-                         float beta, float *y, int ld_y);
+                         void *scratch, float beta, float *y, int ld_y);
 /* The Q8_K rows of xq (rows x k, k a multiple of 256) laid out for the tiles. */
 VNNI512 void qk_kt_layout(const xq8 *xq, int rows, int64_t k, const kt_x *t);
 

@@ -558,32 +558,139 @@ kt_kernel(const int TYPE, const kt_w *w, int64_t nb, const kt_x *x, int r0, floa
 KT_DISPATCH(qk_kt_rows_q4_k, Q_Q4_K)
 KT_DISPATCH(qk_kt_rows_q6_k, Q_Q6_K)
 
-/* The exact sums I (lane 0) and M (lane 1) of 8 + 8 int32 lanes, as floats. */
-VNNI512 static inline __attribute__((always_inline)) __m128 kt1_sums(__m256i I, __m256i M)
+/* The one-row kernels (qk_kt1_*) stream the weights row after row, as they lie, and leave for
+ * each weight row, activation row and 256 the integer sums of the products in 4 lanes
+ * (kt1_s); the tile's 16 rows then end together, as kt_kernel's lanes do: the 16 rows' lanes
+ * summed into one vector of 16 sums at once, and the float steps taken for the 16 rows in one
+ * vector. Each row's own horizontal sums and scalar float steps took a third of the time with
+ * the weights in the cache. */
+
+/* The scratch of the one-row kernels for R activation rows: per 256, the 4 lanes of each of
+ * the 16 weight rows for each activation row, the d and dmin of each weight row (the dword
+ * starting a Q4_K or Q5_K block; Q6_K: d in the low half), and Q4_K's and Q5_K's eight
+ * minimums of each weight row in int16. The lanes and minimums of row 4s + t are at slot
+ * 4t + s (kt1_slot), so that a 4 x 4 transpose in each 128 bits puts the rows in order. */
+typedef struct kt1_s {
+    int32_t *I;  /* [R][nb / 8][16 slots][4] */
+    int32_t *dd; /* [nb / 8][16] */
+    int16_t *mn; /* [nb / 8][16 slots][8] */
+} kt1_s;
+
+/* The block KT1_PF_BYTES ahead of the one at b, to the cache (its lines; the last may be
+ * the next block's first). The weights stream row after row; the hardware prefetcher alone
+ * left one row at 0.83-0.90x this (Q4_K, Q6_K; 0.79x at 4 rows). The prefetch may reach past
+ * the matrix: it never faults. */
+#define KT1_PF_BYTES 4096
+VNNI512 static inline __attribute__((always_inline)) void kt1_prefetch(const char *b)
 {
-    const __m256i h = _mm256_hadd_epi32(I, M); /* I01 I23 M01 M23 | I45 I67 M45 M67 */
-    const __m256i h2 = _mm256_hadd_epi32(h, h);
-    return _mm_cvtepi32_ps(
-        _mm_add_epi32(_mm256_castsi256_si128(h2), _mm256_extracti128_si256(h2, 1)));
+    _mm_prefetch(b + KT1_PF_BYTES, _MM_HINT_T0);
+    _mm_prefetch(b + KT1_PF_BYTES + 64, _MM_HINT_T0);
+    _mm_prefetch(b + KT1_PF_BYTES + 128, _MM_HINT_T0);
 }
 
-/* One row's float steps at each 256, as kt_kernel's lanes take them: f = (I, M), s its d and
- * dmin as floats (Q6_K: M 0 and dmin unused), dx the row's scale. */
-VNNI512 static inline __attribute__((always_inline)) __m128 kt1_step(const int TYPE, __m128 acc,
-                                                                     __m128 f, __m128 s, float dx)
+static inline int kt1_slot(int i)
 {
-    const __m128 sdx = _mm_mul_ps(s, _mm_set1_ps(dx));
-    acc = _mm_fmadd_ss(f, sdx, acc);
-    if (TYPE == Q_Q4_K) acc = _mm_fnmadd_ss(_mm_movehdup_ps(f), _mm_movehdup_ps(sdx), acc);
-    return acc;
+    return 4 * (i % 4) + i / 4;
+}
+
+/* Lane i: the sum of the 4 lanes of row i at its slot of v. */
+VNNI512 static inline __attribute__((always_inline)) __m512i kt1_sum16(const int32_t *v)
+{
+    const __m512i a0 = _mm512_loadu_si512(v), a1 = _mm512_loadu_si512(v + 16);
+    const __m512i a2 = _mm512_loadu_si512(v + 32), a3 = _mm512_loadu_si512(v + 48);
+    const __m512i p0 =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(a0, a1), _mm512_unpackhi_epi32(a0, a1));
+    const __m512i p1 =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(a2, a3), _mm512_unpackhi_epi32(a2, a3));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(p0, p1), _mm512_unpackhi_epi64(p0, p1));
+}
+
+/* The minimums of the 16 rows as kt_w's mn lays them out (p: blocks 2p and 2p + 1, int16),
+ * from kt1_s's slots: a 4 x 4 transpose of dwords in each 128 bits. */
+VNNI512 static inline __attribute__((always_inline)) void kt1_mins(const int16_t *mn,
+                                                                   __m512i out[4])
+{
+    __m512i a[4], t[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) a[j] = _mm512_loadu_si512(mn + 32 * j);
+    t[0] = _mm512_unpacklo_epi32(a[0], a[1]);
+    t[1] = _mm512_unpackhi_epi32(a[0], a[1]);
+    t[2] = _mm512_unpacklo_epi32(a[2], a[3]);
+    t[3] = _mm512_unpackhi_epi32(a[2], a[3]);
+    out[0] = _mm512_unpacklo_epi64(t[0], t[2]);
+    out[1] = _mm512_unpackhi_epi64(t[0], t[2]);
+    out[2] = _mm512_unpacklo_epi64(t[1], t[3]);
+    out[3] = _mm512_unpackhi_epi64(t[1], t[3]);
+}
+
+/* The tile's m rows end: per 256, I (and Q4_K's, Q5_K's M) of the 16 rows, the float steps of
+ * kt_kernel, and the store. */
+VNNI512 static inline __attribute__((always_inline)) void kt1_end(const int TYPE, const kt1_s *s,
+                                                                  int m, int64_t nsb, const xq8 *x,
+                                                                  int64_t k, float beta, float *y,
+                                                                  int ld_y, const int R)
+{
+    __m512 acc[KT1_ROWS];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    const __m512i ones = _mm512_set1_epi16(1);
+    for (int64_t sb = 0; sb < nsb; sb++) {
+        const __m512i dd = _mm512_loadu_si512(s->dd + sb * 16);
+        const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
+        __m512 dmin = d;
+        __m512i mn[4];
+        if (TYPE == Q_Q4_K) {
+            dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
+            kt1_mins(s->mn + sb * 128, mn);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const float dx = x->kd[r * nsb + sb];
+            const __m512i I = kt1_sum16(s->I + ((size_t)r * nsb + sb) * 64);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(d, _mm512_set1_ps(dx)),
+                                     acc[r]);
+            if (TYPE == Q_Q4_K) {
+                /* the sums of x per 32 from Q8_K's per 16, two to a dword as kt_x's bs */
+                const __m256i s32 = _mm256_madd_epi16(
+                    _mm256_loadu_si256((const __m256i *)(x->ks + r * (k / 16) + sb * 16)),
+                    _mm512_castsi512_si256(ones));
+                const __m128i bs = _mm256_cvtepi32_epi16(s32);
+                __m512i M = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                for (int p = 0; p < 4; p++)
+                    M = _mm512_dpwssd_epi32(
+                        M, mn[p], _mm512_broadcastd_epi32(_mm_shuffle_epi32(bs, p * 0x55)));
+                acc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M),
+                                          _mm512_mul_ps(dmin, _mm512_set1_ps(dx)), acc[r]);
+            }
+        }
+    }
+    const __mmask16 mask = (__mmask16)((1u << m) - 1);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) kt_store(y + (size_t)r * ld_y, acc[r], beta, mask);
+}
+
+/* The rows past m of a tile's last 16: zero sums and scales, so that their lanes hold numbers
+ * (they are not stored). */
+static void kt1_clear(const kt1_s *s, int m, int64_t nsb, int R)
+{
+    for (int64_t sb = 0; sb < nsb; sb++) {
+        memset(s->dd + sb * 16 + m, 0, (size_t)(16 - m) * 4);
+        for (int i = m; i < 16; i++) {
+            for (int r = 0; r < R; r++)
+                memset(s->I + (((size_t)r * nsb + sb) * 16 + kt1_slot(i)) * 4, 0, 16);
+            memset(s->mn + sb * 128 + 8 * kt1_slot(i), 0, 16);
+        }
+    }
 }
 
 /* The exact sums of 256 bytes of x (xq) times the unpacked weights q (4 x 64 values) by the
- * int16 scales sc of each pair: maddubs, then vpdpwssd in two chains; 8 lanes. */
-VNNI512 static inline __attribute__((always_inline)) __m256i
-kt1_dot(const __m512i q[4], const __m512i sc[4], const int8_t *xq)
+ * int16 scales sc of each pair, from I0, stored as 4 lanes at I: maddubs, then vpdpwssd in two
+ * chains. */
+VNNI512 static inline __attribute__((always_inline)) void
+kt1_dot(const __m512i q[4], const __m512i sc[4], const int8_t *xq, __m512i I0, int32_t *I)
 {
-    __m512i I0 = _mm512_setzero_si512(), I1 = I0;
+    __m512i I1 = _mm512_setzero_si512();
 #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
         I0 = _mm512_dpwssd_epi32(
@@ -592,8 +699,10 @@ kt1_dot(const __m512i q[4], const __m512i sc[4], const int8_t *xq)
             I1, _mm512_maddubs_epi16(q[2 * h + 1], _mm512_loadu_si512(xq + 128 * h + 64)),
             sc[2 * h + 1]);
     }
-    const __m512i I = _mm512_add_epi32(I0, I1);
-    return _mm256_add_epi32(_mm512_castsi512_si256(I), _mm512_extracti64x4_epi64(I, 1));
+    const __m512i t = _mm512_add_epi32(I0, I1);
+    const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1));
+    _mm_storeu_si128((__m128i *)I,
+                     _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
 }
 
 /* Q4_K (Q5_K where FIVE), a few rows (R, a constant, 1..KT1_ROWS) against the weights as they
@@ -601,12 +710,11 @@ kt1_dot(const __m512i q[4], const __m512i sc[4], const int8_t *xq)
  * their high ones (Q5_K: the fifth bits, bit j of qh's 32 bytes for block j, broadcast to both
  * halves and shifted per half), dotted with x in that order (kt_x's q1): maddubs pairs, and
  * vpdpwssd multiplies in each block's scale (a pshufb of the 8 scales in int16, each 128 bits
- * the same) and adds, in two chains. The minimums: the int16 sums of x per 16 (Q8_K's) by the
- * minimum of their block, in pairs. The weights are unpacked once for the R rows. */
-VNNI512 static inline __attribute__((always_inline)) void kt1_k45(const char *w, size_t rb, int m,
-                                                                  int64_t nb, const struct q_xq *a,
-                                                                  float beta, float *y, int ld_y,
-                                                                  const bool FIVE, const int R)
+ * the same) and adds, in two chains. The weights are unpacked once for the R rows; the
+ * minimums are taken for the 16 rows at the end (kt1_end). */
+VNNI512 static inline __attribute__((always_inline)) void
+kt1_k45(const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a, const kt1_s *s,
+        float beta, float *y, int ld_y, const bool FIVE, const int R)
 {
     const int64_t bsz = FIVE ? (int64_t)sizeof(blk_q5_k) : (int64_t)sizeof(blk_q4_k);
     const int qs_at = FIVE ? 48 : 16; /* Q5_K: qh at 16 */
@@ -616,7 +724,6 @@ VNNI512 static inline __attribute__((always_inline)) void kt1_k45(const char *w,
         shift[j] = _mm512_inserti64x4(
             _mm512_castsi256_si512(_mm256_set1_epi16((short)(4 * (j / 2) + j % 2))),
             _mm256_set1_epi16((short)(4 * (j / 2) + j % 2 + 2)), 1);
-    const xq8 *x = &a->xq;
     const int64_t k = nb * 32, nsb = nb / 8;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512i pick[4]; /* int16 lanes 0-15 of the low nibbles of 64 bytes: scale of block 4 (j / 2)
@@ -627,17 +734,17 @@ VNNI512 static inline __attribute__((always_inline)) void kt1_k45(const char *w,
             ix[t] = (int8_t)(2 * (4 * (j / 2) + j % 2 + 2 * (t >= 32)) + (t & 1));
         pick[j] = _mm512_loadu_si512(ix);
     }
-    const __m256i dup = _mm256_setr_epi8(0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7, 8, 9, 8, 9,
-                                         10, 11, 10, 11, 12, 13, 12, 13, 14, 15, 14, 15);
-    float out[KT1_ROWS][VT_COLS] = {{0}};
+    if (m < 16) kt1_clear(s, m, nsb, R);
     for (int i = 0; i < m; i++) {
         const char *b = w + (size_t)i * rb;
-        __m128 acc[KT1_ROWS];
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) acc[r] = _mm_setzero_ps();
-        for (int64_t sb = 0; sb < nsb; sb++, b += bsz) {
+        const int slot = kt1_slot(i);
+        int16_t *mn = s->mn + 8 * slot;
+        for (int64_t sb = 0; sb < nsb; sb++, b += bsz, mn += 128) {
+            kt1_prefetch(b);
             const __m128i u = k4_scales_v((const uint8_t *)b + 4); /* 8 scales, 8 minimums */
             const __m512i sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(u));
+            _mm_storeu_si128((__m128i *)mn, _mm_cvtepu8_epi16(_mm_srli_si128(u, 8)));
+            memcpy(s->dd + sb * 16 + i, b, 4); /* d, dmin */
             __m512i q[4], sc[4];
 #pragma GCC unroll 2
             for (int j2 = 0; j2 < 2; j2++) {
@@ -656,51 +763,39 @@ VNNI512 static inline __attribute__((always_inline)) void kt1_k45(const char *w,
             }
 #pragma GCC unroll 4
             for (int j = 0; j < 4; j++) sc[j] = _mm512_shuffle_epi8(sc16, pick[j]);
-            /* each minimum twice (its two 16s), by Q8_K's sums per 16 */
-            const __m256i mn = _mm256_shuffle_epi8(
-                _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(u, 8))), dup);
-            int dd; /* d, dmin */
-            memcpy(&dd, b, sizeof dd);
-            const __m128 s = _mm_cvtph_ps(_mm_cvtsi32_si128(dd));
 #pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                const __m256i I8 = kt1_dot(q, sc, a->kt.q1 + r * k + sb * QK_K);
-                const __m256i M = _mm256_madd_epi16(
-                    mn, _mm256_loadu_si256((const __m256i *)(x->ks + r * (k / 16) + sb * 16)));
-                acc[r] = kt1_step(Q_Q4_K, acc[r], kt1_sums(I8, M), s, x->kd[r * nsb + sb]);
-            }
+            for (int r = 0; r < R; r++)
+                kt1_dot(q, sc, a->kt.q1 + r * k + sb * QK_K, _mm512_setzero_si512(),
+                        s->I + (((size_t)r * nsb + sb) * 16 + slot) * 4);
         }
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) out[r][i] = _mm_cvtss_f32(acc[r]);
     }
-    for (int r = 0; r < R; r++)
-        kt_store(y + (size_t)r * ld_y, _mm512_loadu_ps(out[r]), beta, (__mmask16)((1u << m) - 1));
+    kt1_end(Q_Q4_K, s, m, nsb, &a->xq, k, beta, y, ld_y, R);
 }
 
 VNNI512 static inline __attribute__((always_inline)) void kt1_q4_k(const char *w, size_t rb, int m,
                                                                    int64_t nb, const struct q_xq *a,
-                                                                   float beta, float *y, int ld_y,
-                                                                   const int R)
+                                                                   const kt1_s *s, float beta,
+                                                                   float *y, int ld_y, const int R)
 {
-    kt1_k45(w, rb, m, nb, a, beta, y, ld_y, false, R);
+    kt1_k45(w, rb, m, nb, a, s, beta, y, ld_y, false, R);
 }
 
 VNNI512 static inline __attribute__((always_inline)) void kt1_q5_k(const char *w, size_t rb, int m,
                                                                    int64_t nb, const struct q_xq *a,
-                                                                   float beta, float *y, int ld_y,
-                                                                   const int R)
+                                                                   const kt1_s *s, float beta,
+                                                                   float *y, int ld_y, const int R)
 {
-    kt1_k45(w, rb, m, nb, a, beta, y, ld_y, true, R);
+    kt1_k45(w, rb, m, nb, a, s, beta, y, ld_y, true, R);
 }
 
 /* Q6_K, a few rows: per half of 128 elements, ql's 64 bytes (low nibbles: chunks 0 and 1,
  * high: 2 and 3, x as it lies) with qh's 32 broadcast to both halves and shifted per half to
- * bits 4-5; maddubs pairs, vpdpwssd by the scale of each 16 (two chains); less 32 x each scale
- * x the sums of x per 16 (Q8_K's). The weights are unpacked once for the R rows. */
+ * bits 4-5; maddubs pairs, vpdpwssd by the scale of each 16 (two chains), from -32 x each
+ * scale x the sums of x per 16 (Q8_K's). The weights are unpacked once for the R rows. */
 VNNI512 static inline __attribute__((always_inline)) void kt1_q6_k(const char *w, size_t rb, int m,
                                                                    int64_t nb, const struct q_xq *a,
-                                                                   float beta, float *y, int ld_y,
-                                                                   const int R)
+                                                                   const kt1_s *s, float beta,
+                                                                   float *y, int ld_y, const int R)
 {
     const xq8 *x = &a->xq;
     const int64_t k = nb * 32, nsb = nb / 8;
@@ -714,15 +809,16 @@ VNNI512 static inline __attribute__((always_inline)) void kt1_q6_k(const char *w
         for (int t = 0; t < 32; t++) ix[t] = (int16_t)(4 * zz + t / 8);
         pick[zz] = _mm512_loadu_si512(ix);
     }
-    float out[KT1_ROWS][VT_COLS] = {{0}};
+    if (m < 16) kt1_clear(s, m, nsb, R);
     for (int i = 0; i < m; i++) {
         const blk_q6_k *b = (const blk_q6_k *)(w + (size_t)i * rb);
-        __m128 acc[KT1_ROWS];
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) acc[r] = _mm_setzero_ps();
+        const int slot = kt1_slot(i);
         for (int64_t sb = 0; sb < nsb; sb++, b++) {
+            kt1_prefetch((const char *)b);
             const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
             const __m512i scz = _mm512_inserti64x4(_mm512_castsi256_si512(sc16), sc16, 1);
+            const __m256i scn = _mm256_mullo_epi16(sc16, _mm256_set1_epi16(-32));
+            s->dd[sb * 16 + i] = b->d;
             __m512i q[4], sc[4];
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
@@ -737,33 +833,43 @@ VNNI512 static inline __attribute__((always_inline)) void kt1_q6_k(const char *w
             }
 #pragma GCC unroll 4
             for (int z = 0; z < 4; z++) sc[z] = _mm512_permutexvar_epi16(pick[z], scz);
-            const __m128 s = _mm_cvtph_ps(_mm_cvtsi32_si128(b->d));
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
                 const __m256i off = _mm256_madd_epi16(
-                    sc16, _mm256_loadu_si256((const __m256i *)(x->ks + r * (k / 16) + sb * 16)));
-                const __m256i I8 = _mm256_sub_epi32(kt1_dot(q, sc, x->kq + r * k + sb * QK_K),
-                                                    _mm256_slli_epi32(off, 5));
-                acc[r] = kt1_step(Q_Q6_K, acc[r], kt1_sums(I8, _mm256_setzero_si256()), s,
-                                  x->kd[r * nsb + sb]);
+                    scn, _mm256_loadu_si256((const __m256i *)(x->ks + r * (k / 16) + sb * 16)));
+                kt1_dot(q, sc, x->kq + r * k + sb * QK_K, _mm512_zextsi256_si512(off),
+                        s->I + (((size_t)r * nsb + sb) * 16 + slot) * 4);
             }
         }
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) out[r][i] = _mm_cvtss_f32(acc[r]);
     }
-    for (int r = 0; r < R; r++)
-        kt_store(y + (size_t)r * ld_y, _mm512_loadu_ps(out[r]), beta, (__mmask16)((1u << m) - 1));
+    kt1_end(Q_Q6_K, s, m, nsb, x, k, beta, y, ld_y, R);
+}
+
+/* The bytes of kt1_s for nb blocks of 32 (the scratch of qk_kt1_*), and its parts in buf
+ * (64-aligned). */
+size_t qk_kt1_bytes(int64_t nb)
+{
+    return (size_t)(nb / 8) * (KT1_ROWS * 256 + 64 + 256);
+}
+
+static kt1_s kt1_carve(char *buf, int64_t nb)
+{
+    const size_t nsb = (size_t)nb / 8;
+    return (kt1_s){.I = (int32_t *)buf,
+                   .dd = (int32_t *)(buf + nsb * KT1_ROWS * 256),
+                   .mn = (int16_t *)(buf + nsb * (KT1_ROWS * 256 + 64))};
 }
 
 #define KT1_DISPATCH(name, kern)                                                                   \
     VNNI512 void name(const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a,           \
-                      float beta, float *y, int ld_y)                                              \
+                      void *scratch, float beta, float *y, int ld_y)                               \
     {                                                                                              \
+        const kt1_s s = kt1_carve(scratch, nb);                                                    \
         switch (a->rows) {                                                                         \
-        case 1: kern(w, rb, m, nb, a, beta, y, ld_y, 1); break;                                    \
-        case 2: kern(w, rb, m, nb, a, beta, y, ld_y, 2); break;                                    \
-        case 3: kern(w, rb, m, nb, a, beta, y, ld_y, 3); break;                                    \
-        default: kern(w, rb, m, nb, a, beta, y, ld_y, 4); break;                                   \
+        case 1: kern(w, rb, m, nb, a, &s, beta, y, ld_y, 1); break;                                \
+        case 2: kern(w, rb, m, nb, a, &s, beta, y, ld_y, 2); break;                                \
+        case 3: kern(w, rb, m, nb, a, &s, beta, y, ld_y, 3); break;                                \
+        default: kern(w, rb, m, nb, a, &s, beta, y, ld_y, 4); break;                               \
         }                                                                                          \
     }
 KT1_DISPATCH(qk_kt1_q4_k, kt1_q4_k)
