@@ -201,17 +201,18 @@ Test(engine_inv, decode_alone_is_bit_identical_inside_a_small_decode_batch)
     }
 }
 
-/* The same for weights kept quantized (GGUF Q8_0, and Q4_K_M: Q4_K with Q6_K for the output,
- * V and feed-forward-down projections): one row alone and a batch of 8 take different kernels
- * on AVX-512 VNNI (kernels/cpu/quant.c: the weights dotted as they lie, or repacked tiles),
- * which end in the same integer sums and the same float steps, and the 8-bit activations are
- * quantized per row; so alone and in a batch of 8 are bit-identical too, on every path. F16
+/* The same for weights kept quantized (GGUF Q8_0, Q4_K_M: Q4_K with Q6_K for the output, V
+ * and feed-forward-down projections, Q3_K, Q2_K, IQ4_XS): one row alone and a batch of 8 take
+ * different kernels on AVX-512 VNNI (kernels/cpu/quant.c: the weights dotted as they lie, or
+ * repacked tiles), which end in the same integer sums and the same float steps, and the 8-bit
+ * activations are quantized per row; so alone and in a batch of 8 are bit-identical too, on
+ * every path. F16
  * and BF16 weights take gemm_small's arithmetic alone and in the batch alike (converted to
  * float tiles, or in registers). */
 Test(engine_inv, quantized_gguf_decode_alone_is_bit_identical_inside_a_batch_of_8,
      .init = mk_tmpdir, .fini = rm_tmpdir)
 {
-    static const char *const types[] = {"Q8_0", "Q4_K_M", "F16", "BF16"};
+    static const char *const types[] = {"Q8_0", "Q4_K_M", "F16", "BF16", "Q3_K", "Q2_K", "IQ4_XS"};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         char path[512];
         snprintf(path, sizeof path, "%s/quant-test-%s.gguf", tmpdir, types[t]);

@@ -1,17 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The K types' integer dots with Q8_K activations (kernels/cpu/quant_q8k.c), on AVX2 and the
- * portable path (and with AVX-512 VNNI, which keeps them for Q2_K, Q3_K and IQ4_XS; Q4_K, Q5_K
- * and Q6_K take Q8_K there too, in its own arithmetic: quant_kquants.c, one float step per
- * 256):
+ * portable path (and with AVX-512 VNNI, in its own arithmetic: quant_kquants.c and, for Q2_K,
+ * Q3_K and IQ4_XS, quant_k23.c, one float step per 256):
  *   - the activation quantizer gives ggml's quantize_row_q8_K_ref (copied below) to the bit,
  *     portable and AVX2: the first element of the largest magnitude sets the (signed) scale,
  *     halves round to even, all-zero blocks stay zero;
  *   - Q4_K, Q6_K, Q5_K, Q3_K, Q2_K and IQ4_XS products at 1 to 4 activation rows (and odd batches up to
  *     Q_INT_MAX_ROWS), odd weight-row counts, one to three superblocks, beta 0 and 1, from
  *     quantized weights and from random blocks (every bit pattern): the portable path and
- *     AVX2 (AVX-512) give the same bits (AVX-512's Q4_K, Q5_K and Q6_K: the same bound of the
- *     Q8_K product below), a row alone what it gets in a batch; each product is the
+ *     AVX2 give the same bits (AVX-512: the same bound of the Q8_K product below), a row
+ *     alone what it gets in a batch (AVX-512's Q2_K, Q3_K, IQ4_XS: at every row count up to
+ *     Q_INT_MAX_ROWS); each product is the
  *     product of the dequantized weights with the Q8_K-dequantized activations within float
  *     rounding (1e-5 x sum |w x|), and the dequantized weights' product with the float
  *     activations within quant.h's bound (sum_j |w_j| max|x over j's 256| (1/254 + 1/2048)).
@@ -235,15 +235,13 @@ Test(kernels_q8k, k_type_dots_portable_equal_avx2_and_the_q8k_product)
                                           "%s k=%d n=%d rows=%d: row %d alone differs", names[t], k,
                                           n, rows, r);
                             }
-                            /* AVX2, and AVX-512 VNNI: the AVX2 kernels' bits, or Q4_K's,
-                             * Q5_K's and Q6_K's own within the bound of the Q8_K product, a
-                             * row alone what it gets in the batch */
+                            /* AVX2: the portable bits; AVX-512 VNNI: its own within the
+                             * bound of the Q8_K product, a row alone what it gets in the
+                             * batch */
                             for (int isa = Q_ISA_AVX2; isa <= best; isa++) {
                                 q_isa_cap(isa);
                                 cr_assert_eq(q_int_act_elems(type, rows), 256);
-                                const bool own =
-                                    isa >= Q_ISA_AVX512 &&
-                                    (type == Q_Q4_K || type == Q_Q5_K || type == Q_Q6_K);
+                                const bool own = isa >= Q_ISA_AVX512;
                                 for (int i = 0; i < rows * n; i++) got[i] = 0.25f * (i % 3);
                                 q_matmul(type, q, n, k, x, rows, (float)beta, got, n);
                                 for (int r = 0; r < rows && own; r++) {
@@ -286,4 +284,41 @@ Test(kernels_q8k, k_type_dots_portable_equal_avx2_and_the_q8k_product)
     free(alone);
     free(q);
     free(xq);
+}
+
+/* Q2_K, Q3_K and IQ4_XS with AVX-512 VNNI (kernels/cpu/quant_k23.c): up to 4 rows dot the
+ * weights as they lie, from 5 rows they take tiles of 16 weight rows, 8 activation rows at a
+ * time; at every row count from 1 to Q_INT_MAX_ROWS (each tail of 8 rows, and of 16 weight
+ * rows: 37 of them), from random blocks, each row alone gets the bits it gets in the batch.
+ * (Above Q_INT_MAX_ROWS rows these types leave the integer path: prefill's arithmetic.) */
+Test(kernels_q8k, k23_rows_alone_equal_in_a_batch_at_every_row_count)
+{
+    static const int types[] = {Q_Q2_K, Q_Q3_K, Q_IQ4_XS};
+    enum { N = 37, K = 768, R = Q_INT_MAX_ROWS };
+    unsigned char *q = malloc(q_row_bytes(Q_F32, K) * N);
+    float *x = malloc((size_t)R * K * sizeof *x), *got = malloc((size_t)R * N * sizeof *got);
+    float alone[N];
+    if (q_isa() < Q_ISA_AVX512) cr_log_info("no AVX-512 VNNI here: the AVX2 or portable path");
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        const int type = types[t];
+        random_blocks(type, q, N, K);
+        for (size_t i = 0; i < (size_t)R * K; i++) x[i] = rnd_float() * (float)(1 + i % 7);
+        for (int rows = 1; rows <= R; rows++) {
+            const float beta = (float)(rows % 2);
+            for (int i = 0; i < rows * N; i++) got[i] = 0.5f * (float)(i % 5);
+            q_matmul(type, q, N, K, x, rows, beta, got, N);
+            for (int r = 0; r < rows; r++) {
+                for (int i = 0; i < N; i++) alone[i] = 0.5f * (float)((r * N + i) % 5);
+                q_matmul(type, q, N, K, x + (size_t)r * K, 1, beta, alone, N);
+                for (int i = 0; i < N; i++)
+                    cr_assert(memcmp(&alone[i], &got[r * N + i], sizeof alone[i]) == 0,
+                              "type %d rows=%d: y[%d][%d] alone %.9g, in the batch %.9g (%s)", type,
+                              rows, r, i, (double)alone[i], (double)got[r * N + i],
+                              q_isa_name(q_isa()));
+            }
+        }
+    }
+    free(q);
+    free(x);
+    free(got);
 }

@@ -352,16 +352,24 @@ static bool matmul_vnni(int type, const void *w, int n, int k, const struct q_xq
     return true;
 }
 
-/* matmul_int for Q4_K, Q5_K and Q6_K with AVX-512 VNNI (Q8_K activations, quant_kquants.c): up to
- * KT1_ROWS rows dotted with the weights as they lie, a larger batch with repacked tiles of
- * VT_COLS weight rows, VT_ROWS activation rows at a time, both with the same integer sums and
- * float steps. */
+/* matmul_int for the K types with AVX-512 VNNI (Q8_K activations; quant_kquants.c, and
+ * quant_k23.c for Q2_K, Q3_K and IQ4_XS): up to KT1_ROWS rows dotted with the weights as they
+ * lie, a larger batch with repacked tiles of VT_COLS weight rows, VT_ROWS activation rows at a
+ * time, both with the same integer sums and float steps. */
 static bool matmul_ktiles(int type, const void *w, int n, int k, const struct q_xq *a, float beta,
                           float *y, int ld_y)
 {
     const int64_t nb = k / 32;
     const int rows = a->rows;
     const size_t rb = q_row_bytes(type, k);
+    const bool k23 = qk_kt_k23(type); /* Q2_K, Q3_K, IQ4_XS: quant_k23.c */
+    if (rows <= KT1_ROWS && k23) {    /* the rows laid out for it first, in this thread's buffer */
+        char *xp = (char *)tile_get(qk_kt1_k23_scratch(rows, k) / 4 + 16 + 1);
+        if (!xp) return false;
+        xp += (64 - (uintptr_t)xp % 64) % 64;
+        qk_kt1_k23(type, (const char *)w, rb, n, nb, a, (int8_t *)xp, beta, y, ld_y);
+        return true;
+    }
     if (rows <= KT1_ROWS) {
         char *s = (char *)tile_get(qk_kt1_bytes(nb) / 4 + 16 + 1);
         if (!s) return false;
@@ -380,8 +388,9 @@ static bool matmul_ktiles(int type, const void *w, int n, int k, const struct q_
     const size_t o_sc = qk_carve(&off, (size_t)nb * 128);
     const size_t o_d = qk_carve(&off, (size_t)nb / 8 * 64);
     const size_t o_dmin = qk_carve(&off, (size_t)nb / 8 * 64);
-    const size_t o_mn = qk_carve(&off, (size_t)nb / 8 * 256);
-    const size_t o_wr = qk_carve(&off, VT_COLS * rb);
+    const size_t o_mn = qk_carve(&off, (size_t)nb / 8 * (k23 ? 512 : 256));
+    /* the tile's rows copied (quant_k23.c's: unpacked to bytes) */
+    const size_t o_wr = qk_carve(&off, VT_COLS * (k23 ? (size_t)k : rb));
     char *buf = (char *)tile_get(off / 4 + 16 + 1);
     if (!buf) return false;
     buf += (64 - (uintptr_t)buf % 64) % 64;
@@ -394,15 +403,22 @@ static bool matmul_ktiles(int type, const void *w, int n, int k, const struct q_
         const int m = n - i0 < VT_COLS ? n - i0 : VT_COLS;
         /* the tile's rows copied first (see matmul_vnni) */
         char *wi = buf + o_wr;
-        memcpy(wi, (const char *)w + (size_t)i0 * rb, (size_t)m * rb);
-        (type == Q_Q4_K   ? qk_kt_pack_q4_k
-         : type == Q_Q5_K ? qk_kt_pack_q5_k
-                          : qk_kt_pack_q6_k)(wi, rb, m, nb, &wt);
+        if (k23) /* those rows read one after the other as they lie */
+            qk_kt_pack_k23(type, (const char *)w + (size_t)i0 * rb, rb, m, nb, &wt, (int8_t *)wi);
+        else {
+            memcpy(wi, (const char *)w + (size_t)i0 * rb, (size_t)m * rb);
+            (type == Q_Q4_K   ? qk_kt_pack_q4_k
+             : type == Q_Q5_K ? qk_kt_pack_q5_k
+                              : qk_kt_pack_q6_k)(wi, rb, m, nb, &wt);
+        }
         const __mmask16 mask = (__mmask16)((1u << m) - 1);
         for (int r0 = 0; r0 < rows; r0 += VT_ROWS) {
             const int g = rows - r0 < VT_ROWS ? rows - r0 : VT_ROWS;
-            (type == Q_Q6_K ? qk_kt_rows_q6_k : qk_kt_rows_q4_k)(&wt, nb, &a->kt, r0, g, beta,
-                                                                 y + i0, ld_y, mask);
+            if (k23)
+                qk_kt_rows_k23(type, &wt, nb, a, r0, g, beta, y + i0, ld_y, mask);
+            else
+                (type == Q_Q6_K ? qk_kt_rows_q6_k : qk_kt_rows_q4_k)(&wt, nb, &a->kt, r0, g, beta,
+                                                                     y + i0, ld_y, mask);
         }
     }
     return true;
@@ -416,8 +432,8 @@ static bool matmul_int(int type, const void *w, int n, int k, const struct q_xq 
                        float *y, int ld_y)
 {
 #if QK_X86
-    /* the other unpacked K types run the AVX2 kernels there too (Q8_K, as llama.cpp) */
-    if (a->isa >= Q_ISA_AVX512 && (type == Q_Q4_K || type == Q_Q5_K || type == Q_Q6_K) && a->xq.kq)
+    if (a->isa >= Q_ISA_AVX512 &&
+        (type == Q_Q4_K || type == Q_Q5_K || type == Q_Q6_K || qk_kt_k23(type)) && a->xq.kq)
         return matmul_ktiles(type, w, n, k, a, beta, y, ld_y);
     if (a->isa >= Q_ISA_AVX512 && (!qk_is_unpacked(type) || qk_vt_decode(type)))
         return matmul_vnni(type, w, n, k, a, beta, y, ld_y);
@@ -488,7 +504,7 @@ int q_int_act_elems(int type, int rows)
 {
     if (!qk_q8k_type(type)) return 32;
     /* with AVX-512 VNNI Q4_K and Q6_K take Q8_K at every row count (its tiles), the other K
-     * types up to Q_INT_MAX_ROWS (the AVX2 kernels) */
+     * types up to Q_INT_MAX_ROWS (its kernels in their own arithmetic, or AVX2's) */
     if (q_isa() >= Q_ISA_AVX512 && (type == Q_Q4_K || type == Q_Q6_K)) return QK_K;
     return rows > Q_INT_MAX_ROWS ? 32 : QK_K;
 }

@@ -29,8 +29,8 @@
  *         low nibbles), 128 bytes of nibbles indexing IQ4_NL's table; x = d*(ls - 32)*table[q]
  *   These nine unpack to signed bytes with a scale and an offset per 16 elements
  *   (kernels/cpu/quant_unpack.c) and take the integer path below like Q8_0 (AVX2 or portable;
- *   with AVX-512 VNNI the 32-element ones in its tiles, the K types on its AVX2 kernels);
- *   tiles and SGEMM above Q_INT_MAX_ROWS rows.
+ *   with AVX-512 VNNI the 32-element ones in its tiles, the K types with Q8_K activations in
+ *   its own kernels); tiles and SGEMM above Q_INT_MAX_ROWS rows.
  *
  * Decode (few rows): fused dequantize-and-dot, the weight read once, in its own type; AVX2 +
  * FMA (+F16C) when the CPU has them, chosen once at run time, else portable C (the only path
@@ -48,9 +48,9 @@
  * 256, the sub-block scales multiplied in integers, one float step per 256 weights), within
  * sum_j |w_j| * max|x over j's 256| * (1/254 + 1/2048) of the exact product (q_int_act_elems),
  * the two paths to the bit; with AVX-512 VNNI Q4_K and Q6_K take Q8_K at every row count, and
- * Q5_K up to Q_INT_MAX_ROWS, in its own arithmetic (each 256 weights' exact integer sum with
- * their sub-block scales, then one float step: kernels/cpu/quant_kquants.c), within the same
- * bound, the other three Q8_K on its AVX2 kernels (the same bits).
+ * Q5_K, Q2_K, Q3_K and IQ4_XS up to Q_INT_MAX_ROWS, in its own arithmetic (each 256 weights'
+ * exact integer sum with their sub-block scales, then one float step:
+ * kernels/cpu/quant_kquants.c, kernels/cpu/quant_k23.c), within the same bound.
  * On each path a row's products do not depend on the rows beside it (DESIGN §8: a sequence
  * decoding alone and in a batch gets the same logits to the bit): each activation row is
  * quantized by itself, and with AVX-512 VNNI one row (weights dotted as they lie) and a batch

@@ -17,6 +17,8 @@
  *   quant_xq.c       the activation quantizer (q_xq) of the integer path
  *   quant_q8k.c      Q8_K activations and the K types' integer dots with them (AVX2, portable)
  *   quant_vnni.c     the AVX-512 VNNI tile kernels all three integer types share
+ *   quant_k23.c      Q2_K, Q3_K, IQ4_XS with AVX-512 VNNI and Q8_K activations (qk_kt_*'s
+ *                    arithmetic)
  *
  * Every kernel has a portable C form; the x86 ones (AVX2 + FMA + F16C, AVX-512 VNNI) are
  * compiled only where QK_X86 is 1, with target attributes (the rest of the build stays
@@ -300,6 +302,8 @@ void qk_q8k_row_portable(const float *x, int8_t *q, float *d, int16_t *bs, int64
 bool qk_q8k_type(int type);
 void qk_rows_q8k_portable(int type, const void *w, int n, int64_t k, const xq8 *x, int rows,
                           float beta, float *y, int ld_y);
+/* Whether the type has quant_k23.c's AVX-512 VNNI kernels (Q2_K, Q3_K, IQ4_XS). */
+bool qk_kt_k23(int type);
 
 /* Quantizes one row of k floats into blocks of the type. */
 void qk_quantize_q8_0(const float *x, void *out, int64_t k);
@@ -462,6 +466,24 @@ VNNI512 static inline __attribute__((always_inline)) __m256i vt1_reduce(const __
                             _mm256_permute2x128_si256(u0, u1, 0x31));
 }
 
+/* The tiles' products over the [8][16][4] bytes of a block of 32 at wq (vt_w's, kt_w's): for
+ * g in g0..g1-1, p[r] += the 16 weight rows' g-th 4 bytes by bytes 4g..4g+3 of activation row
+ * r (xq + 32 r), one vpdpbusd each; R a constant. */
+VNNI512 static inline __attribute__((always_inline)) void
+vt_dot_rows(const uint8_t *wq, const int8_t *xq, int g0, int g1, __m512i *p, const int R)
+{
+#pragma GCC unroll 8
+    for (int g = g0; g < g1; g++) {
+        const __m512i wv = _mm512_loadu_si512(wq + 64 * g);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            int32_t xv;
+            memcpy(&xv, xq + 32 * r + 4 * g, 4);
+            p[r] = _mm512_dpbusd_epi32(p[r], wv, _mm512_set1_epi32(xv));
+        }
+    }
+}
+
 /* F(..., R, ...) with R (1..VT1_ROWS) a constant. */
 #define VT1_BY_ROWS(R, F, w, rb, m, nb, x, ...)                                                    \
     switch (R) {                                                                                   \
@@ -574,6 +596,19 @@ VNNI512 void qk_kt1_q5_k(const char *w, size_t rb, int m, int64_t nb, const stru
                          void *scratch, float beta, float *y, int ld_y);
 VNNI512 void qk_kt1_q6_k(const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a,
                          void *scratch, float beta, float *y, int ld_y);
+/* Q2_K, Q3_K and IQ4_XS (qk_kt_k23) in the same arithmetic (quant_k23.c; Q2_K's minimums per
+ * 16 meet the sums of x per 16, xq8's ks): the a->rows (1..KT1_ROWS) rows of a times the n
+ * weight rows at w as they lie (xp: qk_kt1_k23_scratch bytes, 64-aligned, where the rows are
+ * laid out for it); the m rows at w packed into a tile (tmp: VT_COLS x k bytes; the tile's mn:
+ * [nb / 8][8][16], Q2_K's minimums in int16 pairs); and the R rows from r0 of a (kt_x, and
+ * xq8's ks) times such a tile. */
+size_t qk_kt1_k23_scratch(int rows, int64_t k);
+VNNI512 void qk_kt1_k23(int type, const char *w, size_t rb, int n, int64_t nb, const struct q_xq *a,
+                        int8_t *xp, float beta, float *y, int ld_y);
+VNNI512 void qk_kt_pack_k23(int type, const char *w, size_t rb, int m, int64_t nb, const kt_w *t,
+                            int8_t *tmp);
+VNNI512 void qk_kt_rows_k23(int type, const kt_w *w, int64_t nb, const struct q_xq *a, int r0,
+                            int R, float beta, float *y, int ld_y, __mmask16 mask);
 /* The Q8_K rows of xq (rows x k, k a multiple of 256) laid out for the tiles. */
 VNNI512 void qk_kt_layout(const xq8 *xq, int rows, int64_t k, const kt_x *t);
 

@@ -46,16 +46,7 @@ vt_block(const int TYPE, const int R, const vt_w *w, int64_t b, const vt_x *x, i
     for (int r = 0; r < R; r++)
         p[r] = TYPE == Q_Q8_0 ? _mm512_set1_epi32(x->c32[(size_t)b * rows + r0 + r])
                               : _mm512_setzero_si512();
-#pragma GCC unroll 8
-    for (int g = 0; g < 8; g++) {
-        const __m512i wv = _mm512_loadu_si512(wq + 64 * g);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            int32_t xv;
-            memcpy(&xv, xq + 32 * r + 4 * g, 4);
-            p[r] = _mm512_dpbusd_epi32(p[r], wv, _mm512_set1_epi32(xv));
-        }
-    }
+    vt_dot_rows(wq, xq, 0, 8, p, R);
     const float *dx = x->d + (size_t)b * rows + r0, *sx = x->s + (size_t)b * rows + r0;
     const __m512 a = _mm512_loadu_ps(w->a + b * 16);
     const __m512 mn = TYPE == Q_Q4_K ? _mm512_loadu_ps(w->m + b * 16) : a;
