@@ -299,20 +299,20 @@ Test(gguf_quant, integer_paths_agree_on_every_instruction_set)
  * and the same float steps: Q8_0's in 16 chains of blocks), for Q8_0 with an odd block count
  * (k = 288, the stories15M rows; k = 480, 15 blocks, as a row sums them 8 at a time; 160,
  * fewer than 8; 800, 16 + 8 + 1) too, and the 32-element types
- * (units of 8 blocks in pairs, the blocks past the last whole unit one at a time) with such
- * a tail, beta 0 and 1; with AVX-512 VNNI those dot up to 8 rows as the weights lie, 4 at a
- * time and the rest (5 rows: 4 + 1), and more in packed tiles. */
+ * (units of 8 blocks, the blocks past the last whole unit one at a time) with such a tail
+ * (Q4_0, Q5_0, Q5_1, IQ4_NL), beta 0 and 1; with AVX-512 VNNI those dot up to 8 rows as the
+ * weights lie, 4 at a time and the rest (5 rows: 4 + 1), and more in packed tiles. */
 Test(gguf_quant, a_row_alone_equals_the_same_row_in_a_batch_to_the_bit)
 {
     static const int itypes[] = {Q_Q8_0,   Q_Q4_K, Q_Q6_K, Q_Q8_0,   Q_Q4_1, Q_Q5_0,
                                  Q_Q2_K,   Q_Q3_K, Q_Q5_K, Q_IQ4_XS, Q_Q4_0, Q_Q5_1,
-                                 Q_IQ4_NL, Q_Q8_0, Q_Q8_0, Q_Q8_0};
-    static const int ks[] = {1024, 768, 512, 288, 288, 1024, 768, 512,
-                             768,  512, 800, 768, 544, 480,  160, 800};
-    static const char *const inames[] = {"Q8_0",         "Q4_K",       "Q6_K",       "Q8_0 k=288",
-                                         "Q4_1 k=288",   "Q5_0",       "Q2_K",       "Q3_K",
-                                         "Q5_K",         "IQ4_XS",     "Q4_0 k=800", "Q5_1",
-                                         "IQ4_NL k=544", "Q8_0 k=480", "Q8_0 k=160", "Q8_0 k=800"};
+                                 Q_IQ4_NL, Q_Q8_0, Q_Q8_0, Q_Q8_0,   Q_Q5_0, Q_Q5_1};
+    static const int ks[] = {1024, 768, 512, 288, 288, 1024, 768, 512, 768,
+                             512,  800, 768, 544, 480, 160,  800, 800, 544};
+    static const char *const inames[] = {
+        "Q8_0",         "Q4_K",       "Q6_K",       "Q8_0 k=288", "Q4_1 k=288", "Q5_0",
+        "Q2_K",         "Q3_K",       "Q5_K",       "IQ4_XS",     "Q4_0 k=800", "Q5_1",
+        "IQ4_NL k=544", "Q8_0 k=480", "Q8_0 k=160", "Q8_0 k=800", "Q5_0 k=800", "Q5_1 k=544"};
     const int n = 37, R = 40;
     int best = q_isa(), was = q_isa_cap(Q_ISA_PORTABLE), checked = 0;
     for (size_t t = 0; t < sizeof itypes / sizeof itypes[0]; t++) {

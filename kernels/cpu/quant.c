@@ -307,12 +307,9 @@ static bool matmul_vnni(int type, const void *w, int n, int k, const struct q_xq
         .q = (uint8_t *)(buf + o_wq), .a = (float *)(buf + o_wa), .m = (float *)(buf + o_wm)};
     if (qk_vt_decode(type) && rows <= VT1_MAX_ROWS) {
         /* the 32-element types up to VT1_MAX_ROWS rows: as they lie, the packing cost more
-         * than the products (quant_unpack.c) */
-        for (int i0 = 0; i0 < n; i0 += VT_COLS) {
-            const int m = n - i0 < VT_COLS ? n - i0 : VT_COLS;
-            qk_vt1_unpacked(type, (const char *)w + (size_t)i0 * rb, rb, m, (int64_t)nb, a,
-                            (int32_t *)(buf + o_wr), beta, y + i0, ld_y);
-        }
+         * than the products (quant_unpack.c); scratch rows x (k / 8 + k) + 64 bytes */
+        qk_vt1_unpacked(type, (const char *)w, rb, n, (int64_t)nb, a, (int32_t *)(buf + o_wr), beta,
+                        y, ld_y);
         return true;
     }
     if (vt1) { /* a few rows: the weights dotted as they lie, one row after the other (copying

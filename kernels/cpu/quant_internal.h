@@ -548,10 +548,10 @@ bool qk_vt_unpacked(int type);
 bool qk_vt_decode(int type);
 VNNI512 void qk_vt_pack_unpacked(int type, const char *w, size_t rb, int m, int64_t nb,
                                  const vt_w *t, int8_t *tmp);
-/* The activation rows of a (up to VT1_MAX_ROWS) times the m (<= 16) rows at w of a
- * qk_vt_decode type, as they lie, into y's m columns, in the arithmetic qk_vt_rows_q8_0
- * (IQ4_NL) or qk_vt_rows_q4_k32 (the others) have in a batch (vt_fold4). S: rows x nb int32
- * of scratch. */
+/* The activation rows of a (up to VT1_MAX_ROWS) times the m rows at w of a qk_vt_decode
+ * type, as they lie, into y's m columns, in the arithmetic qk_vt_rows_q8_0 (IQ4_NL) or
+ * qk_vt_rows_q4_k32 (the others) have in a batch (vt_fold4). S: scratch of rows x nb int32,
+ * 64 bytes and rows x nb x 32 bytes. */
 #define VT1_MAX_ROWS 8
 VNNI512 void qk_vt1_unpacked(int type, const char *w, size_t rb, int m, int64_t nb,
                              const struct q_xq *a, int32_t *S, float beta, float *y, int ld_y);

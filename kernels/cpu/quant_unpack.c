@@ -1033,8 +1033,14 @@ VNNI512 void qk_vt_pack_unpacked(int type, const char *w, size_t rb, int m, int6
 
 /* ---- AVX-512 VNNI, a few rows (decode) ------------------------------------------------ */
 
-/* The activation rows qk_vt1_unpacked dots at once with each weight pair unpacked. */
-#define VT1_GROUP 4
+/* The activation rows qk_vt1_unpacked dots at once with each unit of a weight row unpacked. */
+#define VT1_GROUP   4
+/* One activation row prefetches each weight row's units this many rows ahead: the units as
+ * they lie cost fewer instructions than the AVX2 kernels' pairs, and QU_PF_GROUPS' 2 rows
+ * left the loads waiting for memory (IQ4_NL one thread, engine_bench --seqs 1 --clock cpu,
+ * 6 alternating runs at load 4-6, median tok/s: 2 rows 141, 4 150, 8 152-194, a fixed 4 KiB
+ * 168-180). */
+#define VT1_PF_ROWS 8
 
 /* The float steps of activation row r (of x, nb blocks a row; c32: its -128 x sums, IQ4_NL)
  * over p, the exact sums of blocks b0.. (n of them, 1..8, b0 a multiple of 8; the lanes past n
@@ -1073,69 +1079,143 @@ VNNI512 static inline __attribute__((always_inline)) __m256 vt1_mins32(const int
     return a;
 }
 
-/* Weight row `row` times the R activation rows from r0 of a into acc[0..R): each block's exact
- * integer sums (the signed grid as w + 128, its -128 x sum x added in vt1_step32, as in the
- * tiles) and then its float steps. The row is read from start to end, the blocks of each
- * whole unit of 8 in pairs as the AVX2 kernels read them (pair_q), but both halves of a pair
- * in one zmm (elements 0-15 of blocks p and p + 4, then 16-31 of both: xq8.qp's order),
- * unpacked once for the R rows, one vpdpbusd a pair and row; the four pairs' lanes folded to
- * the unit's 8 sums in block order. The blocks past the last whole unit one at a time. */
-VNNI512 static inline __attribute__((always_inline)) void
-vt1_row32(const int type, const char *row, int64_t nb, const xq8 *x, const int32_t *c32, int r0,
-          const int R, size_t pf, __m128 acc[])
+/* The activations of the whole units of a row in the order vt1_row32 dots them (xq4): per
+ * unit of 8 blocks, elements 0-15 of blocks 0-3, elements 16-31 of blocks 0-3, then the same of
+ * blocks 4-7 (64 bytes each), so that one zmm of the weights holds 4 blocks' bytes, one
+ * 128-bit lane a block, and its low and high nibbles dot with two of these vectors into the
+ * same sums. */
+VNNI512 static void vt1_quads(const int8_t *q, int8_t *out, int64_t nb)
 {
-    const int64_t k = nb * 32;
-    const size_t bb = b32_bytes(type);
+    for (int64_t b0 = 0; b0 + 8 <= nb; b0 += 8) {
+        const int8_t *s = q + b0 * 32;
+        int8_t *o = out + b0 * 32;
+        for (int h = 0; h < 2; h++) { /* blocks 4 h .. 4 h + 3: 16-byte chunks 0-7 */
+            const __m512i c0 = _mm512_loadu_si512(s + 128 * h),
+                          c1 = _mm512_loadu_si512(s + 128 * h + 64);
+            _mm512_storeu_si512(o + 128 * h, _mm512_shuffle_i64x2(c0, c1, _MM_SHUFFLE(2, 0, 2, 0)));
+            _mm512_storeu_si512(o + 128 * h + 64,
+                                _mm512_shuffle_i64x2(c0, c1, _MM_SHUFFLE(3, 1, 3, 1)));
+        }
+    }
+}
+
+/* The word indices that gather, from two zmm of a row, (A) the 16 bytes of nibbles of blocks
+ * 0-3 of a unit (from bytes 0-127 of the unit) or (B) of blocks 4-7 (from bytes 64-127 and
+ * the unit's last 64), one block a 128-bit lane; (C) from bytes 0-127, the f16 d of blocks
+ * 0-3 in words 0-3, their m (Q4_1, Q5_1) in words 8-11 and their qh (Q5_0, Q5_1) in dwords
+ * 8-11; (D) the same of blocks 4-7 in words 4-7, 12-15 and dwords 12-15 from the second pair.
+ * Every field of these blocks starts at an even byte. */
+typedef struct vt1_idx {
+    __m512i qs_lo, qs_hi, hd_lo, hd_hi;
+} vt1_idx;
+
+static inline int vt1_word(size_t at, size_t base2)
+{
+    /* byte `at` of the unit, in the pair (bytes 64.. as the first zmm, base2.. as the second) */
+    return at < 128 ? (int)((at - 64) / 2) : (int)(32 + (at - base2) / 2);
+}
+
+VNNI512 static inline __attribute__((always_inline)) vt1_idx vt1_indices(const int type)
+{
+    const size_t bb = b32_bytes(type), unit = 8 * bb, base2 = unit - 64;
     const size_t qh_at = type == Q_Q5_1 ? 4 : 2;
     const size_t qs_at = type == Q_Q4_1 ? 4 : type == Q_Q5_0 || type == Q_Q5_1 ? qh_at + 4 : 2;
-    const bool mins = type == Q_Q4_1 || type == Q_Q5_1;
+    int16_t ql[32], qhi[32], hl[32] = {0}, hh[32] = {0};
+    for (int j = 0; j < 4; j++)
+        for (int w = 0; w < 8; w++) {
+            ql[8 * j + w] = (int16_t)((j * bb + qs_at) / 2 + w);
+            qhi[8 * j + w] = (int16_t)vt1_word((4 + j) * bb + qs_at + 2 * w, base2);
+        }
+    for (int j = 0; j < 4; j++) {
+        hl[j] = (int16_t)(j * bb / 2);
+        hl[8 + j] = (int16_t)(j * bb / 2 + 1);
+        hl[16 + 2 * j] = (int16_t)((j * bb + qh_at) / 2);
+        hl[17 + 2 * j] = (int16_t)((j * bb + qh_at) / 2 + 1);
+        hh[4 + j] = (int16_t)vt1_word((4 + j) * bb, base2);
+        hh[12 + j] = (int16_t)vt1_word((4 + j) * bb + 2, base2);
+        hh[24 + 2 * j] = (int16_t)vt1_word((4 + j) * bb + qh_at, base2);
+        hh[25 + 2 * j] = (int16_t)vt1_word((4 + j) * bb + qh_at + 2, base2);
+    }
+    return (vt1_idx){_mm512_loadu_si512(ql), _mm512_loadu_si512(qhi), _mm512_loadu_si512(hl),
+                     _mm512_loadu_si512(hh)};
+}
+
+/* Weight row `row` times the R activation rows from r0 of a into acc[0..R): each block's exact
+ * integer sums (the signed grid as w + 128, its -128 x sum x added in vt1_step32, as in the
+ * tiles) and then its float steps. The row is read from start to end: each whole unit of 8
+ * blocks as three zmm (its first 128 bytes and its last 64), from which word permutes take
+ * blocks 0-3's nibbles, blocks 4-7's, and all 8 blocks' scales (minimums, fifth bits), as
+ * xq4 lays the activations out: 4 vpdpbusd a unit and row, their lanes folded to the unit's
+ * 8 sums in block order. The blocks past the last whole unit one at a time. */
+VNNI512 static inline __attribute__((always_inline)) void
+vt1_row32(const int type, const char *row, int64_t nb, const xq8 *x, const int8_t *xq4,
+          const int32_t *c32, int r0, const int R, size_t pf, const vt1_idx *ix, __m128 acc[])
+{
+    const int64_t k = nb * 32;
+    const size_t bb = b32_bytes(type), unit = 8 * bb;
+    const bool mins = type == Q_Q4_1 || type == Q_Q5_1, q5 = type == Q_Q5_0 || type == Q_Q5_1;
     const __m512i m4 = _mm512_set1_epi8(0x0F), x10 = _mm512_set1_epi8(0x10);
     const __m512i grid =
         _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)qk_iq4nl_values)),
                          _mm512_set1_epi8((char)0x80));
+    /* lane j of a block's 4 partial sums x 2 vectors to dword j (blocks 0-3), 4 + j (4-7) */
+    const __m512i gather = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
     int64_t b0 = 0;
-    for (; x->qp && b0 + 8 <= nb; b0 += 8) {
-        __m512i s[VT1_GROUP][2], t[VT1_GROUP][2];
-        /* the unit's scales (and minimums), 8 at a time as the AVX2 kernels take them */
-        const __m256 a = f16x8_strided(row + (size_t)b0 * bb, bb);
-        const __m256 mn =
-            vt1_mins32(type, a, mins ? f16x8_strided(row + (size_t)b0 * bb + 2, bb) : a);
-#pragma GCC unroll 4
-        for (int p = 0; p < 4; p++) {
-            const char *pa = row + (size_t)(b0 + p) * bb, *pb = pa + 4 * bb;
-            if (pf) _mm_prefetch(row + (size_t)(b0 + 2 * p) * bb + pf, _MM_HINT_T0);
-            const __m256i v = _mm256_inserti128_si256(
-                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(pa + qs_at))),
-                _mm_loadu_si128((const __m128i *)(pb + qs_at)), 1);
-            __m512i z = _mm512_and_si512(
-                _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1), m4);
-            if (type == Q_Q5_0 || type == Q_Q5_1) {
-                uint32_t ha, hb;
-                memcpy(&ha, pa + qh_at, 4);
-                memcpy(&hb, pb + qh_at, 4);
-                const __mmask64 h = (uint64_t)(ha & 0xFFFFu) | (uint64_t)(hb & 0xFFFFu) << 16 |
-                                    (uint64_t)(ha >> 16) << 32 | (uint64_t)(hb >> 16) << 48;
-                z = _mm512_or_si512(z, _mm512_maskz_mov_epi8(h, x10));
-            }
-            if (type == Q_IQ4_NL) z = _mm512_shuffle_epi8(grid, z);
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                const int8_t *xp = x->qp + (size_t)(r0 + r) * k + b0 * 32 + 64 * p;
-                s[r][p % 2] =
-                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), z, _mm512_loadu_si512(xp));
-                if (p % 2)
-                    t[r][p / 2] = _mm512_add_epi32(_mm512_unpacklo_epi32(s[r][0], s[r][1]),
-                                                   _mm512_unpackhi_epi32(s[r][0], s[r][1]));
-            }
+    for (; b0 + 8 <= nb; b0 += 8) {
+        const char *u = row + (size_t)b0 * bb;
+        if (pf) {
+            _mm_prefetch(u + pf, _MM_HINT_T0);
+            _mm_prefetch(u + pf + 64, _MM_HINT_T0);
+            _mm_prefetch(u + pf + unit - 1, _MM_HINT_T0);
         }
+        const __m512i l0 = _mm512_loadu_si512(u), l1 = _mm512_loadu_si512(u + 64),
+                      l2 = _mm512_loadu_si512(u + unit - 64);
+        /* d of blocks 0-7 in words 0-7, m in 8-15, qh in dwords 8-15 */
+        const __m512i hd =
+            _mm512_mask_blend_epi16(0xFF00F0F0u, _mm512_permutex2var_epi16(l0, ix->hd_lo, l1),
+                                    _mm512_permutex2var_epi16(l1, ix->hd_hi, l2));
+        const __m512 dm = _mm512_cvtph_ps(_mm512_castsi512_si256(hd));
+        const __m256 a = _mm512_castps512_ps256(dm);
+        const __m256 mn = vt1_mins32(type, a, mins ? _mm512_extractf32x8_ps(dm, 1) : a);
+        __m512i z[2][2]; /* blocks 0-3, 4-7; low, high nibbles */
+        const __m512i w0 = _mm512_permutex2var_epi16(l0, ix->qs_lo, l1);
+        const __m512i w1 = _mm512_permutex2var_epi16(l1, ix->qs_hi, l2);
+        z[0][0] = _mm512_and_si512(w0, m4);
+        z[0][1] = _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4);
+        z[1][0] = _mm512_and_si512(w1, m4);
+        z[1][1] = _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4);
+        if (q5) { /* qh of block j: bits 0-15 elements 0-15, 16-31 the rest */
+            const __m256i h = _mm512_extracti64x4_epi64(hd, 1);
+            const __m128i hl = _mm256_cvtepi32_epi16(h),
+                          hh = _mm256_cvtepi32_epi16(_mm256_srli_epi32(h, 16));
+            z[0][0] = _mm512_mask_add_epi8(z[0][0], _cvtu64_mask64((uint64_t)_mm_cvtsi128_si64(hl)),
+                                           z[0][0], x10);
+            z[1][0] = _mm512_mask_add_epi8(
+                z[1][0], _cvtu64_mask64((uint64_t)_mm_extract_epi64(hl, 1)), z[1][0], x10);
+            z[0][1] = _mm512_mask_add_epi8(z[0][1], _cvtu64_mask64((uint64_t)_mm_cvtsi128_si64(hh)),
+                                           z[0][1], x10);
+            z[1][1] = _mm512_mask_add_epi8(
+                z[1][1], _cvtu64_mask64((uint64_t)_mm_extract_epi64(hh, 1)), z[1][1], x10);
+        }
+        if (type == Q_IQ4_NL)
+            for (int h = 0; h < 2; h++)
+                for (int n = 0; n < 2; n++) z[h][n] = _mm512_shuffle_epi8(grid, z[h][n]);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            /* per 128 bits: pairs 0-3; blocks 0-3, 4-7 (elements 0-15), 0-3, 4-7 (16-31) */
-            const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t[r][0], t[r][1]),
-                                               _mm512_unpackhi_epi64(t[r][0], t[r][1]));
-            vt1_step32(type,
-                       _mm256_add_epi32(_mm512_castsi512_si256(u), _mm512_extracti64x4_epi64(u, 1)),
-                       a, mn, x, c32, r0 + r, nb, b0, 8, &acc[r]);
+            const int8_t *xp = xq4 + (size_t)(r0 + r) * k + b0 * 32;
+            __m512i s[2];
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                s[h] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), z[h][0],
+                                           _mm512_loadu_si512(xp + 128 * h));
+                s[h] = _mm512_dpbusd_epi32(s[h], z[h][1], _mm512_loadu_si512(xp + 128 * h + 64));
+            }
+            /* lane j: blocks j, 4 + j, j, 4 + j */
+            __m512i t = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]),
+                                         _mm512_unpackhi_epi32(s[0], s[1]));
+            t = _mm512_add_epi32(t, _mm512_shuffle_epi32(t, _MM_PERM_BADC));
+            vt1_step32(type, _mm512_castsi512_si256(_mm512_permutexvar_epi32(gather, t)), a, mn, x,
+                       c32, r0 + r, nb, b0, 8, &acc[r]);
         }
     }
     for (; b0 < nb; b0 += 8) { /* up to 8 blocks, one at a time */
@@ -1172,13 +1252,15 @@ vt1_row32(const int type, const char *row, int64_t nb, const xq8 *x, const int32
 /* The R activation rows from r0 of a (a group of VT1_GROUP or the rest) times the m rows. */
 VNNI512 static inline __attribute__((always_inline)) void
 vt1_group(const int type, const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a,
-          const int32_t *c32, int r0, const int R, float beta, float *y, int ld_y, size_t pf)
+          const int8_t *xq4, const int32_t *c32, int r0, const int R, float beta, float *y,
+          int ld_y, size_t pf)
 {
+    const vt1_idx ix = vt1_indices(type);
     for (int i = 0; i < m; i++) {
         __m128 acc[VT1_GROUP];
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) acc[r] = _mm_setzero_ps();
-        vt1_row32(type, w + (size_t)i * rb, nb, &a->xq, c32, r0, R, pf, acc);
+        vt1_row32(type, w + (size_t)i * rb, nb, &a->xq, xq4, c32, r0, R, pf, &ix, acc);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++)
             vt_store(y + (size_t)(r0 + r) * ld_y + i, vt_fold4(acc[r]), beta, 1);
@@ -1189,22 +1271,34 @@ VNNI512 static inline __attribute__((always_inline)) void
 vt1_unpacked(const int type, const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a,
              int32_t *S, float beta, float *y, int ld_y)
 {
+    const int rows = a->rows;
     /* IQ4_NL: the rows' -128 x sums, row after row (xt's are block after block) */
     if (type == Q_IQ4_NL)
-        for (int r = 0; r < a->rows; r++)
+        for (int r = 0; r < rows; r++)
             for (int64_t b = 0; b < nb; b++)
                 S[(size_t)r * nb + b] = a->xt.c32[(size_t)b * a->xt.rows + r];
-    /* one row: each weight row's blocks prefetched QU_PF_GROUPS rows ahead, as the AVX2
-     * kernels do; more: the second group reads them from cache */
-    const size_t pf = (size_t)QU_PF_GROUPS * rb;
-    int r0 = 0;
-    for (; r0 + VT1_GROUP <= a->rows; r0 += VT1_GROUP)
-        vt1_group(type, w, rb, m, nb, a, S, r0, VT1_GROUP, beta, y, ld_y, pf);
-    switch (a->rows - r0) {
-    case 1: vt1_group(type, w, rb, m, nb, a, S, r0, 1, beta, y, ld_y, pf); break;
-    case 2: vt1_group(type, w, rb, m, nb, a, S, r0, 2, beta, y, ld_y, pf); break;
-    case 3: vt1_group(type, w, rb, m, nb, a, S, r0, 3, beta, y, ld_y, pf); break;
-    default: break;
+    /* after them, the rows' activations as vt1_row32 reads them */
+    int8_t *xq4 = (int8_t *)(S + (size_t)rows * nb);
+    xq4 += (64 - (uintptr_t)xq4 % 64) % 64;
+    for (int r = 0; r < rows; r++)
+        vt1_quads(a->xq.q + (size_t)r * nb * 32, xq4 + (size_t)r * nb * 32, nb);
+    /* one row: each weight row's blocks prefetched VT1_PF_ROWS rows ahead; more: the second
+     * group reads them from cache */
+    const size_t pf = (size_t)VT1_PF_ROWS * rb;
+    /* VT_COLS weight rows at a time, so that the second group of rows finds them in cache */
+    for (int i0 = 0; i0 < m; i0 += VT_COLS) {
+        const int mm = m - i0 < VT_COLS ? m - i0 : VT_COLS;
+        const char *wi = w + (size_t)i0 * rb;
+        float *yi = y + i0;
+        int r0 = 0;
+        for (; r0 + VT1_GROUP <= rows; r0 += VT1_GROUP)
+            vt1_group(type, wi, rb, mm, nb, a, xq4, S, r0, VT1_GROUP, beta, yi, ld_y, pf);
+        switch (rows - r0) {
+        case 1: vt1_group(type, wi, rb, mm, nb, a, xq4, S, r0, 1, beta, yi, ld_y, pf); break;
+        case 2: vt1_group(type, wi, rb, mm, nb, a, xq4, S, r0, 2, beta, yi, ld_y, pf); break;
+        case 3: vt1_group(type, wi, rb, mm, nb, a, xq4, S, r0, 3, beta, yi, ld_y, pf); break;
+        default: break;
+        }
     }
 }
 
