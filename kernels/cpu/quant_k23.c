@@ -131,15 +131,6 @@ VNNI512 static inline AI void k23_unpack(const int TYPE, const char *b, k23_sb *
     }
 }
 
-/* The exact sums of the 8 int32 lanes of I (lane 0) and of M (lane 1), as floats. */
-VNNI512 static inline AI __m128 k23_sums(__m256i I, __m256i M)
-{
-    const __m256i h = _mm256_hadd_epi32(I, M); /* I01 I23 M01 M23 | I45 I67 M45 M67 */
-    const __m256i h2 = _mm256_hadd_epi32(h, h);
-    return _mm_cvtepi32_ps(
-        _mm_add_epi32(_mm256_castsi256_si128(h2), _mm256_extracti128_si256(h2, 1)));
-}
-
 /* y[0..15] (mask: the columns that exist) = v, or beta y + v. */
 VNNI512 static inline AI void k23_store(float *yr, __m512 v, float beta, __mmask16 mask)
 {
@@ -306,42 +297,90 @@ VNNI512 static inline AI __m256i k23_fold(__m512i v)
     return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
 }
 
+/* The exact sums of the 8 int32 lanes of a, b, c and d, as floats in that order. */
+VNNI512 static inline AI __m128 k23_sums4(__m256i a, __m256i b, __m256i c, __m256i d)
+{
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+    return _mm_cvtepi32_ps(
+        _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+}
+
+/* Lane j of v in lane 0. */
+VNNI512 static inline AI __m128 k23_lane(__m128 v, const int j)
+{
+    return j == 0   ? v
+           : j == 1 ? _mm_movehdup_ps(v)
+           : j == 2 ? _mm_movehl_ps(v, v)
+                    : _mm_shuffle_ps(v, v, 3);
+}
+
+/* Superblocks a row takes at a time (K23_SBG; Q2_K, with its minimums, half): their integer
+ * sums are reduced together, one tree of vphaddd for 4 sums, and their float steps then
+ * taken in order. Reduced one superblock at a time, the reduction's latency held up each
+ * superblock (most of the time of Q3_K's one row was spent waiting there). */
+#define K23_SBG 4
+
 /* R (a constant, 1..KT1_ROWS) activation rows (in lane order, xp) times the weight row at w,
  * into out[r][i]: each superblock unpacked once for the R rows; per row 4 vpdpbusd in two
  * chains, less the offsets, by the scales (Q2_K: its minimums by the sums of x), the lanes
- * summed, one float step. (Two weight rows side by side, sharing the sums' reduction, took
- * the same time in cache and 1.1-1.3x the time from memory: two interleaved streams.) */
+ * summed, one float step per superblock. (Two weight rows side by side, sharing the sums'
+ * reduction, took the same time in cache and 1.1-1.3x the time from memory: two interleaved
+ * streams.) */
 VNNI512 static inline AI void kt1_k23_row(const int TYPE, const char *w, int64_t nb,
                                           const int8_t *xp, float out[KT1_ROWS][VT_COLS], int i,
                                           const struct q_xq *a, const int R)
 {
     const int64_t nsb = nb / 8;
     const size_t bsz = k23_block_bytes(TYPE);
+    const int G = TYPE == Q_Q2_K ? K23_SBG / 2 : K23_SBG;
     __m128 acc[KT1_ROWS];
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) acc[r] = _mm_setzero_ps();
-    for (int64_t sb = 0; sb < nsb; sb++) {
-        k23_lsb u;
-        k23_lanes(TYPE, w + (size_t)sb * bsz, &u);
+    for (int64_t s0 = 0; s0 < nsb; s0 += G) {
+        const int cnt = nsb - s0 < G ? (int)(nsb - s0) : G;
+        __m256i I8[KT1_ROWS][K23_SBG], M8[KT1_ROWS][K23_SBG];
+        __m128 s[K23_SBG];
+#pragma GCC unroll 4
+        for (int j = 0; j < G; j++) {
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) I8[r][j] = M8[r][j] = _mm256_setzero_si256();
+            s[j] = _mm_setzero_ps();
+            if (j >= cnt) continue;
+            const int64_t sb = s0 + j;
+            k23_lsb u;
+            k23_lanes(TYPE, w + (size_t)sb * bsz, &u);
+            s[j] = u.s;
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const int8_t *xr = xp + (r * nsb + sb) * K23_XSB;
+                const __m512i off = _mm512_loadu_si512(xr + 256);
+                __m512i P0 =
+                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), u.q[0], _mm512_loadu_si512(xr));
+                __m512i P1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u.q[1],
+                                                 _mm512_loadu_si512(xr + 64));
+                P0 = _mm512_dpbusd_epi32(P0, u.q[2], _mm512_loadu_si512(xr + 128));
+                P1 = _mm512_dpbusd_epi32(P1, u.q[3], _mm512_loadu_si512(xr + 192));
+                __m512i P = _mm512_add_epi32(P0, P1);
+                if (TYPE != Q_Q2_K) P = _mm512_sub_epi32(P, off);
+                I8[r][j] = k23_fold(_mm512_mullo_epi32(P, u.sc));
+                if (TYPE == Q_Q2_K) M8[r][j] = k23_fold(_mm512_mullo_epi32(off, u.mn));
+            }
+        }
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            const int8_t *xr = xp + (r * nsb + sb) * K23_XSB;
-            const __m512i off = _mm512_loadu_si512(xr + 256);
-            __m512i P0 =
-                _mm512_dpbusd_epi32(_mm512_setzero_si512(), u.q[0], _mm512_loadu_si512(xr));
-            __m512i P1 =
-                _mm512_dpbusd_epi32(_mm512_setzero_si512(), u.q[1], _mm512_loadu_si512(xr + 64));
-            P0 = _mm512_dpbusd_epi32(P0, u.q[2], _mm512_loadu_si512(xr + 128));
-            P1 = _mm512_dpbusd_epi32(P1, u.q[3], _mm512_loadu_si512(xr + 192));
-            __m512i P = _mm512_add_epi32(P0, P1);
-            if (TYPE != Q_Q2_K) P = _mm512_sub_epi32(P, off);
-            const __m128 f = k23_sums(k23_fold(_mm512_mullo_epi32(P, u.sc)),
-                                      TYPE == Q_Q2_K ? k23_fold(_mm512_mullo_epi32(off, u.mn))
-                                                     : _mm256_setzero_si256());
-            const __m128 sdx = _mm_mul_ps(u.s, _mm_set1_ps(a->xq.kd[r * nsb + sb]));
-            acc[r] = _mm_fmadd_ss(f, sdx, acc[r]);
-            if (TYPE == Q_Q2_K)
-                acc[r] = _mm_fnmadd_ss(_mm_movehdup_ps(f), _mm_movehdup_ps(sdx), acc[r]);
+            /* Q2_K: I, M of each superblock; the others: I of each */
+            const __m128 f = TYPE == Q_Q2_K ? k23_sums4(I8[r][0], M8[r][0], I8[r][1], M8[r][1])
+                                            : k23_sums4(I8[r][0], I8[r][1], I8[r][2], I8[r][3]);
+#pragma GCC unroll 4
+            for (int j = 0; j < G; j++) {
+                if (j >= cnt) break;
+                const __m128 sdx = _mm_mul_ps(s[j], _mm_set1_ps(a->xq.kd[r * nsb + s0 + j]));
+                if (TYPE == Q_Q2_K) {
+                    acc[r] = _mm_fmadd_ss(k23_lane(f, 2 * j), sdx, acc[r]);
+                    acc[r] = _mm_fnmadd_ss(k23_lane(f, 2 * j + 1), _mm_movehdup_ps(sdx), acc[r]);
+                } else
+                    acc[r] = _mm_fmadd_ss(k23_lane(f, j), sdx, acc[r]);
+            }
         }
     }
 #pragma GCC unroll 8
