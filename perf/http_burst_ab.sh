@@ -20,7 +20,7 @@
 #
 # llama-server: LLAMA_CPP_DIR (default /work/llama-build/build/bin), started as llama_compare.sh
 # starts it (perf/http_servers.sh: -np the largest stream count, a context that holds every
-# stream, --no-repack for quantized files); without it (or with --no-llama) only ringlm runs. Needs jq and curl
+# stream, llama.cpp's weights repacked as by default: LLAMA_REPACK=auto|on|off); without it (or with --no-llama) only ringlm runs. Needs jq and curl
 # (exit 77 without them).
 set -eu
 cd "$(dirname "$0")/.."

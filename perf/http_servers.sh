@@ -10,6 +10,14 @@
 # start the server (logs in DIR), wait until its /health answers, and set HTTP_PORT and
 # HTTP_PIDS; they return 1 (the logs' tails on stderr, the processes stopped) when it did not
 # come up. stop_pids $HTTP_PIDS stops it.
+#
+# llama.cpp's weight repacking, LLAMA_REPACK: "on" runs llama.cpp as it runs by default (it
+# repacks Q4_0, IQ4_NL, Q4_K and others into its interleaved layouts where the CPU has the
+# kernels: its fastest decode here); "off" passes --no-repack for every quantized file; "auto"
+# (the default) is "on", and where a run with repacking fails (llama.cpp's AMX repack dies
+# with SIGILL on VMs that report AMX without enabling it) that run is done again with
+# --no-repack. llama_quantized FILE: whether the file's type (its name's last part) is not a
+# float type. LLAMA_REPACK_USED says what the last llama-server start ran with.
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_health() { # port pid
@@ -47,20 +55,35 @@ http_start_ringlm() {
   fi
 }
 
+llama_quantized() {
+  case "$(basename "$1" .gguf)" in *-F32 | *-F16 | *-BF16) return 1 ;; *) return 0 ;; esac
+}
+case "${LLAMA_REPACK:=auto}" in
+  auto | on | off) ;;
+  *) echo "LLAMA_REPACK=$LLAMA_REPACK: auto, on or off" >&2; exit 2 ;;
+esac
+
 # at the nice ringlmd takes by default (-10 where permitted; GNU nice runs it as it is where
-# not), so that on a busy machine neither server is favoured by its priority; quantized files
-# with --no-repack (llama.cpp's AMX repack dies with SIGILL on VMs that report AMX unenabled)
+# not), so that on a busy machine neither server is favoured by its priority
 http_start_llama() {
-  local f=$1 dir=$2 np=$3 ctx=$4 extra=()
-  case "$f" in *-Q*) extra=(--no-repack) ;; esac
-  HTTP_PORT=$(free_port)
-  nice -n -10 "$LLAMA_SERVER" -m "$f" -t "$THREADS" -np "$np" -c "$ctx" \
-    --host 127.0.0.1 --port "$HTTP_PORT" "${extra[@]}" ${LLAMA_SERVER_ARGS:-} \
-    >"$dir/llama-server.log" 2>&1 &
-  HTTP_PIDS=$!
-  if ! wait_health "$HTTP_PORT" "$HTTP_PIDS"; then
+  local f=$1 dir=$2 np=$3 ctx=$4 extra=() try
+  LLAMA_REPACK_USED=default
+  if [ "$LLAMA_REPACK" = off ] && llama_quantized "$f"; then
+    extra=(--no-repack) LLAMA_REPACK_USED=no-repack
+  fi
+  for try in 1 2; do
+    HTTP_PORT=$(free_port)
+    nice -n -10 "$LLAMA_SERVER" -m "$f" -t "$THREADS" -np "$np" -c "$ctx" \
+      --host 127.0.0.1 --port "$HTTP_PORT" "${extra[@]}" ${LLAMA_SERVER_ARGS:-} \
+      >"$dir/llama-server.log" 2>&1 &
+    HTTP_PIDS=$!
+    wait_health "$HTTP_PORT" "$HTTP_PIDS" && return 0
     tail -5 "$dir/llama-server.log" >&2
     stop_pids $HTTP_PIDS
-    return 1
-  fi
+    [ "$try" = 1 ] && [ "$LLAMA_REPACK" = auto ] && [ ${#extra[@]} = 0 ] && llama_quantized "$f" ||
+      return 1
+    echo "llama-server did not come up repacking $f: again with --no-repack" >&2
+    extra=(--no-repack) LLAMA_REPACK_USED=no-repack
+  done
+  return 1
 }

@@ -31,6 +31,7 @@
 #          [--types F32,F16,BF16,Q8_0,Q4_K_M] [--seqs 1,4,8,16,32] [--prefill 256,1024]
 #          [--http-types F32] [--http-streams 1,8,32] [--http-policy FILE] [--no-decode] [--no-prefill]
 #          [--runs 3] [--threads 2] [--keep DIR] [--json] [--arch llama|qwen3moe|...]
+#          [--llama-repack auto|on|off]
 #
 # llama.cpp: LLAMA_CPP_DIR (default /work/llama-build/build/bin) must hold llama-batched-bench,
 # llama-bench and llama-server, built natively, outside this repository, from the source
@@ -39,9 +40,13 @@
 #   cmake -S /work/llama-build/src -B /work/llama-build/build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
 #         -DCMAKE_BUILD_TYPE=Release && cmake --build /work/llama-build/build -j2 \
 #         --target llama-batched-bench llama-bench llama-server
-# Quantized types run with --no-repack where the tool has it (its AMX repack dies with SIGILL
-# on VMs that report AMX without enabling it; llama-bench of some versions has no such switch:
-# the script says so and runs it as it is). Without a llama.cpp binary the script says which
+# llama.cpp runs as it runs by default, its quantized weights repacked where it has kernels
+# for that on this CPU (its fastest decode; --llama-repack on); where such a run fails (its
+# AMX repack dies with SIGILL on VMs that report AMX without enabling it) the file's runs are
+# done with --no-repack (--llama-repack auto, the default; LLAMA_REPACK in the environment
+# too); --llama-repack off passes --no-repack for every quantized file (llama-bench of some
+# versions has no such switch: the script says so and runs it as it is). Each file's table
+# says which llama.cpp ran. Without a llama.cpp binary the script says which
 # is missing, skips what needs it and measures ringlm alone (CI does not build llama.cpp).
 # --keep DIR keeps the files there and reuses them. Needs jq and curl (exit 77 without them)
 # and this tree built (make).
@@ -70,6 +75,7 @@ while [ $# -gt 0 ]; do
     --no-prefill) DO_PREFILL=0; shift ;;
     --json) JSON=1; shift ;;
     --arch) ARCH=$2; shift 2 ;;
+    --llama-repack) LLAMA_REPACK=$2; shift 2 ;;
     *) usage ;;
   esac
 done
@@ -156,11 +162,34 @@ http_llama() {
 }
 max_http=$(echo "$HTTP_STREAMS" | tr ',' '\n' | sort -n | tail -1)
 
+# llama_try FILE CMD...: run a llama.cpp tool on FILE with the file's repacking (extra: its
+# --no-repack or nothing; nr_ok=0: this tool has no such switch), stdout into $tmp/llama.out;
+# in auto mode a failed run with repacking is done again with --no-repack, and the file's
+# later runs take it too ($tmp/BASE.norepack)
+llama_try() {
+  local f=$1 nr=()
+  shift
+  [ "$nr_ok" = 0 ] || nr=("${extra[@]}")
+  "$@" "${nr[@]}" >"$tmp/llama.out" 2>"$tmp/llama.log" && return 0
+  if [ "$LLAMA_REPACK" = auto ] && [ ${#extra[@]} = 0 ] && [ "$nr_ok" = 1 ] && llama_quantized "$f"
+  then
+    tail -3 "$tmp/llama.log" >&2
+    echo "llama_compare.sh: llama.cpp failed repacking $f: its runs again with --no-repack" >&2
+    extra=(--no-repack)
+    touch "$tmp/$(basename "$f" .gguf).norepack"
+    "$@" "${extra[@]}" >"$tmp/llama.out" 2>"$tmp/llama.log" && return 0
+  fi
+  tail -20 "$tmp/llama.log" >&2
+  return 1
+}
+
 for r in $(seq "$RUNS"); do
   for f in "${files[@]}"; do
     base=$(basename "$f" .gguf)
     extra=()
-    case "$base" in *-Q*) extra=(--no-repack) ;; esac
+    if llama_quantized "$f" && { [ "$LLAMA_REPACK" = off ] || [ -e "$tmp/$base.norepack" ]; }; then
+      extra=(--no-repack)
+    fi
     if [ "$DO_DECODE" = 1 ]; then
       mark "run$r $base decode ringlm: before"
       "$tmp/engine_bench" --model "$f" --threads "$THREADS" --context "$PROMPT" --steps "$GEN" \
@@ -170,11 +199,11 @@ for r in $(seq "$RUNS"); do
         # every sequence count in one process; each sequence has its own prompt (not shared)
         ctx=$((max_seqs * (PROMPT + GEN)))
         mark "run$r $base decode llama.cpp: before"
-        "$LLAMA" -m "$f" -t "$THREADS" -c "$ctx" -b 2048 -ub 512 -npp "$PROMPT" -ntg "$GEN" \
-          -npl "$SEQS" "${extra[@]}" --output-format jsonl 2>"$tmp/llama.log" |
-          grep '^{' | jq -c '{kind: "tg", pl, v: .speed_tg}' >>"$tmp/$base.llama.jsonl" ||
-          { tail -20 "$tmp/llama.log" >&2; echo "llama_compare.sh: llama-batched-bench failed on $f" >&2
-            exit 1; }
+        nr_ok=1
+        llama_try "$f" "$LLAMA" -m "$f" -t "$THREADS" -c "$ctx" -b 2048 -ub 512 -npp "$PROMPT" \
+          -ntg "$GEN" -npl "$SEQS" --output-format jsonl ||
+          { echo "llama_compare.sh: llama-batched-bench failed on $f" >&2; exit 1; }
+        grep '^{' "$tmp/llama.out" | jq -c '{kind: "tg", pl, v: .speed_tg}' >>"$tmp/$base.llama.jsonl"
         mark "run$r $base decode llama.cpp: after"
       fi
     fi
@@ -191,14 +220,13 @@ for r in $(seq "$RUNS"); do
       # prefill: llama-bench -p, only the lengths ringlm ran (within the model's context)
       pps=$(jq -r '.pp' "$tmp/$base.pre.jsonl" | sort -un | paste -sd, -)
       if [ "$have_lbench" = 1 ] && [ -n "$pps" ]; then
-        nr=()
-        [ "$lbench_nr" = none ] || nr=("${extra[@]}")
+        nr_ok=1
+        [ "$lbench_nr" = none ] && nr_ok=0
         mark "run$r $base prefill llama.cpp: before"
-        "$LLAMA_BENCH" -m "$f" -t "$THREADS" -p "$pps" -n 0 -r 1 "${nr[@]}" -o jsonl \
-          2>"$tmp/llama.log" |
-          grep '^{' | jq -c '{kind: "pp", pp: .n_prompt, v: .avg_ts}' >>"$tmp/$base.llama.jsonl" ||
-          { tail -20 "$tmp/llama.log" >&2; echo "llama_compare.sh: llama-bench failed on $f" >&2
-            exit 1; }
+        llama_try "$f" "$LLAMA_BENCH" -m "$f" -t "$THREADS" -p "$pps" -n 0 -r 1 -o jsonl ||
+          { echo "llama_compare.sh: llama-bench failed on $f" >&2; exit 1; }
+        grep '^{' "$tmp/llama.out" | jq -c '{kind: "pp", pp: .n_prompt, v: .avg_ts}' \
+          >>"$tmp/$base.llama.jsonl"
         mark "run$r $base prefill llama.cpp: after"
       fi
     fi
@@ -246,12 +274,17 @@ fi
 for f in "${files[@]}"; do
   base=$(basename "$f" .gguf)
   bytes=$(stat -L -c %s "$f")
+  repack="as by default"
+  if llama_quantized "$f"; then
+    repack="as by default (weights repacked where llama.cpp repacks this type on this CPU)"
+    if [ "$LLAMA_REPACK" = off ] || [ -e "$tmp/$base.norepack" ]; then repack="--no-repack"; fi
+  fi
   summary=$(jq -n --slurpfile r "$tmp/$base.ringlm.jsonl" --slurpfile p "$tmp/$base.pre.jsonl" \
     --slurpfile l "$tmp/$base.llama.jsonl" --argjson probe "$probe" --arg file "$base" \
     --slurpfile h "$tmp/$base.http.jsonl" \
     --argjson threads "$THREADS" --arg seqs "$SEQS" \
     --arg prefill "$PREFILL" --argjson prompt "$PROMPT" --argjson gen "$GEN" \
-    --argjson bytes "$bytes" --argjson runs "$RUNS" '
+    --argjson bytes "$bytes" --argjson runs "$RUNS" --arg repack "$repack" '
     def median: sort | if length % 2 == 1 then .[length / 2 | floor]
                        else (.[length / 2 - 1] + .[length / 2]) / 2 end;
     def r1: . * 10 | round / 10;
@@ -283,7 +316,7 @@ for f in "${files[@]}"; do
     | ([$r[].active_weight_bytes | select(. != null)] | first // null) as $act
     | ([$r[].n_expert | select(. != null)] | first // 0) as $nexp
     | {file: $file, threads: $threads, runs: $runs, prompt: $prompt, generated: $gen,
-       file_bytes: $bytes,
+       file_bytes: $bytes, llama_cpp_weights: $repack,
        decode: {ringlm: $rd, llama_cpp: $ld,
                 ratio: (if $ld == null then null
                         else reduce $ks[] as $k ({}; .[$k] = ratio($rd[$k]; $ld[$k])) end)},
@@ -310,7 +343,7 @@ for f in "${files[@]}"; do
     def cell: if . == null then "(not run)" else "\(.median) [\(.lowest), \(.highest)]" end;
     def pad($n): . + " " * ([$n - length, 0] | max);
     "",
-    "\(.file): \(.threads) threads, \(.runs) runs each; tok/s median [lowest, highest]",
+    "\(.file): \(.threads) threads, \(.runs) runs each; tok/s median [lowest, highest]; llama.cpp \(.llama_cpp_weights)",
     "             ringlm                        llama.cpp                     ringlm/llama.cpp",
     (.decode as $d | $d.ringlm | keys_unsorted[] as $k
      | select($d.ringlm[$k] != null)
