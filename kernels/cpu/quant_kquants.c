@@ -508,17 +508,8 @@ kt_kernel(const int TYPE, const kt_w *w, int64_t nb, const kt_x *x, int r0, floa
                 for (int r = 0; r < R; r++)
                     p[r] = TYPE == Q_Q6_K ? _mm512_set1_epi32(x->c16[(2 * b + h) * rows + r0 + r])
                                           : _mm512_setzero_si512();
-                const int g0 = TYPE == Q_Q6_K ? 4 * h : 0, g1 = TYPE == Q_Q6_K ? g0 + 4 : 8;
-#pragma GCC unroll 8
-                for (int g = g0; g < g1; g++) {
-                    const __m512i wv = _mm512_loadu_si512(wq + 64 * g);
-#pragma GCC unroll 8
-                    for (int r = 0; r < R; r++) {
-                        int32_t xv;
-                        memcpy(&xv, xq + 32 * r + 4 * g, 4);
-                        p[r] = _mm512_dpbusd_epi32(p[r], wv, _mm512_set1_epi32(xv));
-                    }
-                }
+                vt_dot_rows(wq, xq, TYPE == Q_Q6_K ? 4 * h : 0, TYPE == Q_Q6_K ? 4 * h + 4 : 8, p,
+                            R);
                 const __m512i sc =
                     _mm512_loadu_si512(w->sc + (TYPE == Q_Q6_K ? (2 * b + h) * 16 : b * 16));
 #pragma GCC unroll 8
