@@ -414,10 +414,20 @@ int sched_transfer_done(sched *s, uint64_t id, uint64_t now, uint64_t bytes, uin
         return 0;
     }
     sc_tier_free_all(s, r);
-    if (status < 0) {                        /* device copy is garbage: re-prefill in place */
-        if (r->n_rel) sc_dev_free_all(s, r); /* from position 0: a table without holes */
+    if (status < 0) {
+        /* The device copy is garbage: back to the queue for a re-prefill, its device blocks
+         * given back, as after a failed swap-out. Not in place, in the blocks the swap-in
+         * took: a decoder is swapped out when it needs its next block, so its re-prefill
+         * needs one block more than came back, and a sequence part-way through a prefill
+         * takes free blocks only (it preempts no one) — two of them holding the pool between
+         * them waited for each other for ever. Admission reserves every block it needs. */
+        sc_dev_free_all(s, r);
         r->computed = 0;
+        r->recompute = true;
+        sc_waiting_add(s, x.slot);
         rc_start(s, r, now);
+        sc_park(s, x.slot);
+        return 0;
     }
     r->resumed_at = now;
     sc_run_add(s, x.slot);

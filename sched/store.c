@@ -177,7 +177,7 @@ uint32_t sc_tier_free_all(sched *s, req *r)
  *                → ended                         finished, cancelled, timed out
  *   swapping_out → swapped | waiting | ended     copied / copy failed (recompute) / ended
  *   swapped      → swapping_in | ended
- *   swapping_in  → running | ended               resumed (a failed copy re-prefills)
+ *   swapping_in  → running | waiting | ended     resumed / copy failed (recompute) / ended
  *   ended        → ended                         released (idempotent)
  *
  * An illegal change is counted, not refused (the caller's bookkeeping already moved): the first
@@ -188,7 +188,7 @@ static const uint8_t legal[REQ_NEW + 1] = {
     [SCHED_REQ_RUNNING] = B(WAITING) | B(SWAPPING_OUT) | B(ENDED),
     [SCHED_REQ_SWAPPING_OUT] = B(SWAPPED) | B(WAITING) | B(ENDED),
     [SCHED_REQ_SWAPPED] = B(SWAPPING_IN) | B(ENDED),
-    [SCHED_REQ_SWAPPING_IN] = B(RUNNING) | B(ENDED),
+    [SCHED_REQ_SWAPPING_IN] = B(RUNNING) | B(WAITING) | B(ENDED),
     [SCHED_REQ_ENDED] = B(ENDED),
     [REQ_NEW] = B(WAITING),
 #undef B

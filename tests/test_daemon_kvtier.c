@@ -491,11 +491,38 @@ static bool load_refs(ref_case *out)
     return kept == REF_CASES;
 }
 
+/* A swapping daemon's files in its private directory. The policy (written here) makes every
+ * preemption a swap, never refused for residency or count: with 17–24 device blocks of 16
+ * tokens the four reference sequences (~17 blocks each at the end) swap all the time. */
+typedef struct swap_files {
+    char policy[160], declog[160], disk[160], out[160];
+} swap_files;
+
+/* The reference cases (the test skips without them), d's directory with f in it; returns
+ * the model's path (free it). */
+static char *swap_setup(ref_case *cases, th_daemon *d, swap_files *f)
+{
+    if (!load_refs(cases)) cr_skip_test("reference-greedy.json has not the 256-step cases");
+    th_daemon_init(d);
+    snprintf(f->policy, sizeof f->policy, "%s/policy.conf", d->dir);
+    snprintf(f->declog, sizeof f->declog, "%s/decisions.jsonl", d->dir);
+    snprintf(f->disk, sizeof f->disk, "%s/kv.disk", d->dir);
+    snprintf(f->out, sizeof f->out, "%s/answers.txt", d->dir);
+    FILE *pf = fopen(f->policy, "w");
+    cr_assert_not_null(pf);
+    fputs("[scheduler]\nmode = token_budget\ntoken_budget = 64\nmax_active_seqs = 8\n"
+          "prefill_chunk = 32\npreemption = swap\nmin_residency = 0us\nmax_preemptions = 0\n",
+          pf);
+    fclose(pf);
+    return th_shared_file("models/stories260K.bin");
+}
+
 /* A client process: rounds of the four cases at once until stop_fd is readable (or
  * max_rounds), one line per answer to out: "ok", "error" (the request ended with an error)
- * or "wrong ..." (any other difference from the greedy reference). */
+ * or "wrong ..." (any other difference from the greedy reference). Exits 4 when no event
+ * comes for wait_ms. */
 static int greedy_rounds(const char *sock, const ref_case *cases, const char *out, int stop_fd,
-                         int max_rounds)
+                         int max_rounds, int wait_ms)
 {
     FILE *f = fopen(out, "w");
     ringlm_client *c;
@@ -514,7 +541,12 @@ static int greedy_rounds(const char *sock, const ref_case *cases, const char *ou
         }
         for (int left = REF_CASES; left > 0;) {
             ringlm_event ev;
-            if (ringlm_next_event(c, &ev, 60000) <= 0) return 4;
+            if (ringlm_next_event(c, &ev, wait_ms) <= 0) {
+                fprintf(f, "no event for %d ms: round %d, %d answers missing\n", wait_ms, round,
+                        left);
+                fclose(f);
+                return 4;
+            }
             int i = 0;
             while (i < REF_CASES && ids[i] != ev.req_id) i++;
             if (i == REF_CASES) return 5;
@@ -562,15 +594,22 @@ static long long read_failures(int port, const char *tier, long long *checksum,
     return sum;
 }
 
-static int count_lines(const char *path, const char *needle)
+/* Lines of path holding needle, and needle2 too when not NULL. */
+static int count_lines2(const char *path, const char *needle, const char *needle2)
 {
     FILE *f = fopen(path, "r");
     if (!f) return 0;
     char line[4096];
     int n = 0;
-    while (fgets(line, sizeof line, f)) n += strstr(line, needle) != NULL;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, needle) && (!needle2 || strstr(line, needle2));
     fclose(f);
     return n;
+}
+
+static int count_lines(const char *path, const char *needle)
+{
+    return count_lines2(path, needle, NULL);
 }
 
 /* The host tier's memfd, opened through /proc for writing (as root may): -1 when not found. */
@@ -604,36 +643,24 @@ static int open_host_tier(pid_t pid)
 static void damaged_tier(sched_pool tier)
 {
     static ref_case cases[REF_CASES];
-    if (!load_refs(cases)) cr_skip_test("reference-greedy.json has not the 256-step cases");
-    char *model = th_shared_file("models/stories260K.bin");
     th_daemon d;
-    th_daemon_init(&d);
-    char policy[160], declog[160], disk[160], out[160];
-    snprintf(policy, sizeof policy, "%s/policy.conf", d.dir);
-    snprintf(declog, sizeof declog, "%s/decisions.jsonl", d.dir);
-    snprintf(disk, sizeof disk, "%s/kv.disk", d.dir);
-    snprintf(out, sizeof out, "%s/answers.txt", d.dir);
-    FILE *pf = fopen(policy, "w");
-    cr_assert_not_null(pf);
-    fputs("[scheduler]\nmode = token_budget\ntoken_budget = 64\nmax_active_seqs = 8\n"
-          "prefill_chunk = 32\npreemption = swap\nmin_residency = 0us\nmax_preemptions = 0\n",
-          pf);
-    fclose(pf);
+    swap_files f;
+    char *model = swap_setup(cases, &d, &f);
     const char *args[] = {"--model",
                           model,
                           "--policy",
-                          policy,
+                          f.policy,
                           "--kv-blocks",
                           "24",
                           "--kv-block-size",
                           "16",
                           "--decision-log",
-                          declog,
+                          f.declog,
                           "--no-prefix-cache",
                           "--metrics",
                           "127.0.0.1:0",
                           tier == SCHED_POOL_DISK ? "--disk-kv" : "--host-kv-blocks",
-                          tier == SCHED_POOL_DISK ? disk : "64",
+                          tier == SCHED_POOL_DISK ? f.disk : "64",
                           tier == SCHED_POOL_DISK ? "--disk-kv-blocks" : NULL,
                           "64",
                           NULL};
@@ -644,11 +671,11 @@ static void damaged_tier(sched_pool tier)
         if (m) port = atoi(m + strlen("metrics on port "));
     }
     cr_assert_gt(port, 0, "no metrics port: %s", th_daemon_output(&d));
-    int fd = tier == SCHED_POOL_DISK ? open(disk, O_RDWR | O_CLOEXEC) : open_host_tier(d.pid);
+    int fd = tier == SCHED_POOL_DISK ? open(f.disk, O_RDWR | O_CLOEXEC) : open_host_tier(d.pid);
     if (fd < 0 && tier == SCHED_POOL_HOST)
         cr_skip_test("cannot open the host tier's memfd through /proc (needs root): %s",
                      strerror(errno));
-    cr_assert_geq(fd, 0, "%s: %s", disk, strerror(errno));
+    cr_assert_geq(fd, 0, "%s: %s", f.disk, strerror(errno));
     if (tier == SCHED_POOL_HOST) /* cutting the host tier would SIGBUS the daemon: sealed */
         cr_assert(ftruncate(fd, 0) < 0 && errno == EPERM, "the host tier's size is not sealed");
 
@@ -658,7 +685,7 @@ static void damaged_tier(sched_pool tier)
     cr_assert_geq(client, 0);
     if (client == 0) {
         close(stop[1]);
-        _exit(greedy_rounds(d.sock, cases, out, stop[0], 40));
+        _exit(greedy_rounds(d.sock, cases, f.out, stop[0], 40, 60000));
     }
     close(stop[0]);
     /* damage until the daemon counted some, the client ran its rounds, or 60 s */
@@ -686,14 +713,14 @@ static void damaged_tier(sched_pool tier)
     cr_assert_eq(th_daemon_stop(&d, SIGTERM, 10000), 0, "%s", th_daemon_output(&d));
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "client status 0x%x: %s", st,
               th_daemon_output(&d));
-    int ok = count_lines(out, "ok"), errors = count_lines(out, "error"),
-        wrong = count_lines(out, "wrong");
-    int damaged = count_lines(declog, "\"reason\":\"damaged\"");
+    int ok = count_lines(f.out, "ok"), errors = count_lines(f.out, "error"),
+        wrong = count_lines(f.out, "wrong");
+    int damaged = count_lines(f.declog, "\"reason\":\"damaged\"");
     cr_log_info("%s tier: %d answers right, %d errors, %d wrong; %lld reads not used (%lld "
                 "checksum, %lld short), %d damaged swap-ins logged",
                 sched_pool_name(tier), ok, errors, wrong, failures, checksum, short_read, damaged);
     if (wrong) {
-        char *o = th_read_file(out);
+        char *o = th_read_file(f.out);
         cr_log_error("%s", o);
         free(o);
     }
@@ -713,4 +740,92 @@ Test(daemon_kvtier, disk_tier_cut_and_overwritten_under_the_daemon, .timeout = 2
 Test(daemon_kvtier, host_tier_overwritten_under_the_daemon, .timeout = 240)
 {
     damaged_tier(SCHED_POOL_HOST);
+}
+
+/* The last `lines` lines of a file into buf (at most cap - 1 bytes of them), for failure
+ * messages. Returns buf. */
+static const char *file_tail(const char *path, int lines, char *buf, size_t cap)
+{
+    char *t = th_read_file(path);
+    buf[0] = 0;
+    if (!t) return buf;
+    size_t n = strlen(t), i = n;
+    for (int k = 0; i > 0 && k <= lines; i--)
+        if (t[i - 1] == '\n') k++;
+    if (n - i >= cap) i = n - (cap - 1);
+    snprintf(buf, cap, "%s", t + i);
+    free(t);
+    return buf;
+}
+
+/*
+ * Every read from the disk tier fails (ringlmd-test --fail-kv-reads disk) while the policy
+ * swaps the four reference sequences through 17 device blocks (one sequence's most): every
+ * swap-in fails, and its sequence computes its context again. A sequence is swapped out when
+ * it needs its next block, so that re-prefill needs a block more than its swap-in brought
+ * back; re-prefilled in the swap-in's blocks, two or three such sequences came to hold the
+ * whole pool between them, each waiting for a block another held, and their client never
+ * got another event (the disk_tier_cut test above hung so once in ~1,500 runs; this test in
+ * 5 of 6 runs, mostly by round 10). Every request must be answered, with the greedy
+ * reference tokens, every round.
+ */
+Test(daemon_kvtier, every_disk_swap_in_failing_still_answers_every_request, .timeout = 240)
+{
+    static ref_case cases[REF_CASES];
+    th_daemon d;
+    swap_files f;
+    char *model = swap_setup(cases, &d, &f);
+    const char *args[] = {TH_TEST_BUILD,
+                          "--model",
+                          model,
+                          "--policy",
+                          f.policy,
+                          "--kv-blocks",
+                          "17",
+                          "--kv-block-size",
+                          "16",
+                          "--decision-log",
+                          f.declog,
+                          "--no-prefix-cache",
+                          "--disk-kv",
+                          f.disk,
+                          "--disk-kv-blocks",
+                          "64",
+                          "--fail-kv-reads",
+                          "disk",
+                          NULL};
+    th_daemon_start(&d, args, 100000);
+    enum { ROUNDS = 80 };
+    int never[2];
+    cr_assert_eq(pipe(never), 0);
+    pid_t client = fork();
+    cr_assert_geq(client, 0);
+    if (client == 0) {
+        close(never[1]);
+        /* 20 s without an event is no slow step: nothing runs any more */
+        _exit(greedy_rounds(d.sock, cases, f.out, never[0], ROUNDS, 20000));
+    }
+    close(never[0]);
+    int st = th_reap(client, 200000);
+    close(never[1]);
+    int ok = count_lines(f.out, "ok"), wrong = count_lines(f.out, "wrong"),
+        errors = count_lines(f.out, "error");
+    int swap_ins_failed = count_lines2(f.declog, "\"ev\":\"swap_in\"", "\"reason\":\"failed\"");
+    static char out_tail[1024], log_tail[6000];
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "client status 0x%x after %d answers (%d swap-ins failed); its last lines:\n%s\n"
+              "the decision log ends:\n%s",
+              st, ok + wrong + errors, swap_ins_failed,
+              file_tail(f.out, 2, out_tail, sizeof out_tail),
+              file_tail(f.declog, 12, log_tail, sizeof log_tail));
+    cr_assert_eq(th_daemon_stop(&d, SIGTERM, 10000), 0, "%s", th_daemon_output(&d));
+    cr_log_info("%d answers right, %d errors, %d wrong; %d swap-ins failed", ok, errors, wrong,
+                swap_ins_failed);
+    cr_expect_eq(wrong, 0, "%d answers differ from the greedy reference:\n%s", wrong,
+                 file_tail(f.out, 10, log_tail, sizeof log_tail));
+    cr_expect_eq(ok, ROUNDS * REF_CASES, "%d of %d answers right (%d errors)", ok,
+                 ROUNDS * REF_CASES, errors);
+    cr_expect_gt(swap_ins_failed, 0, "no swap-in failed: the test tests nothing");
+    th_daemon_cleanup(&d);
+    free(model);
 }

@@ -1426,3 +1426,81 @@ Test(sched_rules, failed_swap_logs_failure_then_recompute_cost)
     cr_assert_gt(num_of(rc, "realised_us"), 0, "%s", rc);
     h_free(h);
 }
+
+/* ---- failed swap-ins ------------------------------------------------------------------------ */
+
+/* Runs h until every request ended or the clock passes `until`, every swap-in failing: its
+ * transfer completes with -EIO when it is due (the daemon's --fail-kv-reads, or its disk tier
+ * cut under it). Returns the swap-ins failed. */
+static int run_failing_swap_ins(harness *h, uint64_t until)
+{
+    static uint64_t in[4096]; /* swap-ins in flight */
+    uint32_t n_in = 0;
+    int failed = 0;
+    for (;;) {
+        bool all = h->next_submit == h->n;
+        for (uint32_t i = 1; all && i <= h->n; i++)
+            if (!h->r[i].ended) all = false;
+        if (all || h->now >= until) break;
+        for (uint32_t i = 0; i < h->n_xf;) {
+            uint32_t k = 0;
+            while (k < n_in && in[k] != h->xf[i].id) k++;
+            if (k == n_in || h->xf[i].done_at > h->now) {
+                i++;
+                continue;
+            }
+            cr_assert_eq(sched_transfer_done(h->s, h->xf[i].id, h->now, 0, 0, -EIO), 0, "%s",
+                         sched_last_error());
+            failed++;
+            in[k] = in[--n_in];
+            h->xf[i] = h->xf[--h->n_xf];
+            h_check(h, "failed swap-in");
+        }
+        const sched_plan *pl = h_iterate(h);
+        for (uint32_t i = 0; i < pl->n_transfers; i++)
+            if (pl->transfers[i].dir == SCHED_XFER_IN && !pl->transfers[i].cache) {
+                cr_assert_lt(n_in, 4096);
+                in[n_in++] = pl->transfers[i].id;
+            }
+    }
+    return failed;
+}
+
+/* A decoder is swapped out when it needs its next block, so the re-prefill after its failed
+ * swap-in needs a block more than the swap-in brought back (and one swapped out part-way
+ * through a re-prefill needs more). Re-prefilled in place, in the blocks the swap-ins took,
+ * four sequences in a 19-block pool whose every swap-in fails ended with three of them
+ * holding the whole pool, each a block short of its next chunk; a sequence part-way through
+ * a prefill preempts no one, and nothing ran again (the daemon's client waited for ever).
+ * A failed swap-in goes back to the queue instead: every request finishes. */
+Test(sched_rules, failed_swap_ins_never_leave_the_pool_deadlocked)
+{
+    sched_config c = h_default_config();
+    c.kv_blocks_device = 19;
+    c.kv_blocks_host = 0;
+    c.kv_blocks_disk = 256;
+    c.disk = (sched_tier_cost){.out_bytes_per_s = 1e9, .in_bytes_per_s = 1e9, .latency_us = 50};
+    harness *h = h_new("[scheduler]\nmode = token_budget\ntoken_budget = 64\nmax_active_seqs = 8\n"
+                       "prefill_chunk = 32\npreemption = swap\nmin_residency = 0us\n"
+                       "max_preemptions = 0\n",
+                       &c);
+    h_add(h, 0, 0, 0, 31, 213);
+    h_add(h, 0, 0, 0, 18, 230);
+    h_add(h, 10000, 0, 0, 8, 49);
+    h_add(h, 10000, 0, 0, 40, 135);
+    int failed = run_failing_swap_ins(h, 60000000);
+    size_t tail = h->log_len > 3000 ? h->log_len - 3000 : 0;
+    for (uint64_t id = 1; id <= h->n; id++) {
+        sched_req_info ri = {0};
+        sched_get_request(h->s, id, &ri);
+        cr_assert_eq(h->r[id].end_kind, SCHED_EV_FINISH,
+                     "request %llu never finished: state %d, %u of %u+%u tokens computed, %u "
+                     "device blocks (pool 19), %d swap-ins failed; the log ends:\n%s",
+                     (unsigned long long)id, ri.state, ri.computed, ri.prompt_len, ri.generated,
+                     ri.blocks[SCHED_POOL_DEVICE], failed, h->log + tail);
+        cr_assert_eq(h->r[id].generated, h->r[id].out_len);
+    }
+    cr_assert_geq(failed, 3, "too few swap-ins failed to test anything");
+    cr_assert_eq(count_ev(h, "\"swap_in\"", "\"reason\":\"failed\""), failed);
+    h_free(h);
+}
