@@ -16,7 +16,8 @@
  * streams of one row each (3 KiB at K = 768) that it did not, even with software prefetch
  * one tile ahead. One Zen 4 thread, one batch row, stories110M's projections from memory
  * (perf/gemm_bench --rows 1 --clock cpu, load 5-6): 1.3-1.9x (the classifier 7.7 -> 4.1 ms,
- * 24 GB/s); software prefetch on top of the quarters cost 5-15%, so there is none.
+ * 24 GB/s); software prefetch on top of the quarters cost 5-15% at one row, so there is none
+ * there. From 2 rows the AVX-512 tiles prefetch the weights of a later tile into L2 (below).
  */
 #include "kernels/cpu/gemm_small.h"
 
@@ -218,8 +219,16 @@ AVX2 static void gemm_avx2(int M, int N, int K, const float *x, int ld_x, const 
  * rows, where a batch stops being bound by reading the weights). Lane j takes k ≡ j mod 16;
  * an output is R(lanes 0..7 + lanes 8..15) with the AVX2 path's R: another fixed order,
  * the same for every output on a machine that runs this path. */
-#define AVX512 __attribute__((target("avx512f,avx2,fma")))
-#define MR16   4
+#define AVX512      __attribute__((target("avx512f,avx2,fma")))
+#define MR16        4
+/* From 2 batch rows a tile fetches the weights of the tile PF_DIST ahead into L2 while it
+ * runs (prefetcht1, during its first group of batch rows): the hardware prefetcher alone
+ * left a tile waiting on its weights once several batch rows made the tile slower than the
+ * stream. One Zen 4 thread, perf/gemm_bench --rows 1,2,4,8,32 --cls --clock cpu (load 4-5):
+ * 1.3-1.5x at 4 rows, 1.25-1.35x at 8, 1.1x at 32; at one row it did not help (0.98-1.03x),
+ * so there is none there. Fetched into L1 (prefetcht0) instead, it cost up to 25%. */
+#define PF_MIN_ROWS 2
+#define PF_DIST     2
 
 static inline __attribute__((always_inline)) AVX512 __m256 fold16(__m512 a)
 {
@@ -229,8 +238,9 @@ static inline __attribute__((always_inline)) AVX512 __m256 fold16(__m512 a)
 
 static inline __attribute__((always_inline)) AVX512 void
 tile_avx512(int nr, int mr, int K, const float *x, int ld_x, const float *w, size_t ld_w,
-            float beta, float *y, int ld_y, size_t ld_yn)
+            float beta, float *y, int ld_y, size_t ld_yn, const float *pf)
 {
+    /* pf: NULL, or 4 weight rows ld_w apart to prefetch into L2 (nr == NR only) */
     __m512 acc[NR][MR16];
 #pragma GCC unroll 4
     for (int n = 0; n < nr; n++)
@@ -238,6 +248,11 @@ tile_avx512(int nr, int mr, int K, const float *x, int ld_x, const float *w, siz
         for (int m = 0; m < mr; m++) acc[n][m] = _mm512_setzero_ps();
     const int K16 = K & ~15;
     for (int k = 0; k < K16; k += 16) {
+        if (pf) {
+#pragma GCC unroll 4
+            for (int n = 0; n < NR; n++)
+                _mm_prefetch((const char *)(pf + (size_t)n * ld_w + k), _MM_HINT_T1);
+        }
         __m512 wv[NR];
 #pragma GCC unroll 4
         for (int n = 0; n < nr; n++) wv[n] = _mm512_loadu_ps(w + (size_t)n * ld_w + k);
@@ -283,9 +298,9 @@ tile_avx512(int nr, int mr, int K, const float *x, int ld_x, const float *w, siz
         const float *xm = x + (size_t)m0 * ld_x;                                                   \
         float *ym = y + (size_t)m0 * ld_y + n0;                                                    \
         switch (M - m0) {                                                                          \
-        case 3: tile_avx512(nr, 3, K, xm, ld_x, wn, ld_wt, beta, ym, ld_y, ld_yt); break;          \
-        case 2: tile_avx512(nr, 2, K, xm, ld_x, wn, ld_wt, beta, ym, ld_y, ld_yt); break;          \
-        case 1: tile_avx512(nr, 1, K, xm, ld_x, wn, ld_wt, beta, ym, ld_y, ld_yt); break;          \
+        case 3: tile_avx512(nr, 3, K, xm, ld_x, wn, ld_wt, beta, ym, ld_y, ld_yt, pft); break;     \
+        case 2: tile_avx512(nr, 2, K, xm, ld_x, wn, ld_wt, beta, ym, ld_y, ld_yt, pft); break;     \
+        case 1: tile_avx512(nr, 1, K, xm, ld_x, wn, ld_wt, beta, ym, ld_y, ld_yt, pft); break;     \
         default: break;                                                                            \
         }                                                                                          \
     } while (0)
@@ -298,10 +313,13 @@ AVX512 static void gemm_avx512(int M, int N, int K, const float *x, int ld_x, co
     size_t ld_wt = (size_t)q * ld_w, ld_yt = (size_t)q;
     for (int n0 = 0; n0 < q; n0++) {
         const float *wn = w + (size_t)n0 * ld_w;
+        /* the rows of the tile PF_DIST ahead, fetched during the first group of batch rows */
+        const float *next = n0 + PF_DIST < q && M >= PF_MIN_ROWS ? wn + PF_DIST * ld_w : NULL;
+        const float *pft = M < MR16 ? next : NULL;
         int m0 = 0;
         for (; m0 + MR16 <= M; m0 += MR16)
             tile_avx512(NR, MR16, K, x + (size_t)m0 * ld_x, ld_x, wn, ld_wt, beta,
-                        y + (size_t)m0 * ld_y + n0, ld_y, ld_yt);
+                        y + (size_t)m0 * ld_y + n0, ld_y, ld_yt, m0 == 0 ? next : NULL);
         TAIL_ROWS_512(NR);
     }
     ld_wt = (size_t)ld_w;
@@ -311,7 +329,8 @@ AVX512 static void gemm_avx512(int M, int N, int K, const float *x, int ld_x, co
         int m0 = 0;
         for (; m0 + MR16 <= M; m0 += MR16)
             tile_avx512(1, MR16, K, x + (size_t)m0 * ld_x, ld_x, wn, ld_wt, beta,
-                        y + (size_t)m0 * ld_y + n0, ld_y, ld_yt);
+                        y + (size_t)m0 * ld_y + n0, ld_y, ld_yt, NULL);
+        const float *pft = NULL;
         TAIL_ROWS_512(1);
     }
 }
