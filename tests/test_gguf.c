@@ -151,6 +151,36 @@ Test(gguf_model, synthetic_gqa_f32_file_gives_the_in_memory_logits_bit_for_bit, 
     eng_model_free(file);
 }
 
+/* RINGLM_WEIGHTS_HUGEPAGES=1 reads the file into anonymous memory (2 MiB pages) instead of
+ * mapping it: the same tensors, so the same logits to the bit, and a file cut short is still
+ * refused by name. */
+Test(gguf_model, weights_read_onto_huge_pages_give_the_mapped_files_logits_bit_for_bit,
+     .init = mk_tmpdir, .fini = rm_tmpdir)
+{
+    const char *path = export("synthetic:gqa-test:5", NULL, "F16", NULL, "gqa16.gguf");
+    eng_model *mapped, *copied;
+    cr_assert_eq(unsetenv("RINGLM_WEIGHTS_HUGEPAGES"), 0);
+    cr_assert_eq(eng_model_load(path, &mapped), 0, "%s", eng_errmsg());
+    cr_assert_eq(setenv("RINGLM_WEIGHTS_HUGEPAGES", "1", 1), 0);
+    cr_assert_eq(eng_model_load(path, &copied), 0, "%s", eng_errmsg());
+    const size_t n = (size_t)7 * eng_model_cfg(mapped)->vocab_size;
+    float *la = malloc(n * sizeof *la), *lb = malloc(n * sizeof *lb);
+    run_prompt(mapped, la);
+    run_prompt(copied, lb);
+    cr_assert_eq(memcmp(la, lb, n * sizeof *la), 0, "logits differ with the weights copied");
+    free(la);
+    free(lb);
+    eng_model_free(mapped);
+    eng_model_free(copied);
+
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0);
+    cr_assert_eq(truncate(path, st.st_size / 2), 0);
+    eng_model *cut;
+    cr_assert_lt(eng_model_load(path, &cut), 0);
+    cr_assert(strstr(eng_errmsg(), "gqa16.gguf"), "%s", eng_errmsg());
+}
+
 /* The logits of the prompt and of 6 steps that append the given tokens (not the model's own
  * choices: two files compared on the same text, whatever either would pick). */
 static void run_tokens(const eng_model *m, const int32_t *next /* [6] */, float *out)
