@@ -20,15 +20,16 @@
 #
 # llama-server: LLAMA_CPP_DIR (default /work/llama-build/build/bin), started as llama_compare.sh
 # starts it (perf/http_servers.sh: -np the largest stream count, a context that holds every
-# stream, llama.cpp's weights repacked as by default: LLAMA_REPACK=auto|on|off); without it (or with --no-llama) only ringlm runs. Needs jq and curl
-# (exit 77 without them).
+# stream, llama.cpp's weights repacked as by default: LLAMA_REPACK=auto|on|off; each of its
+# load lines says "llama.cpp default" or "llama.cpp no-repack", what that start ran with);
+# without it (or with --no-llama) only ringlm runs. Needs jq and curl (exit 77 without them).
 set -eu
 cd "$(dirname "$0")/.."
 B=${B:-build}
 LLAMA_CPP_DIR=${LLAMA_CPP_DIR:-/work/llama-build/build/bin}
 MODEL= STREAMS=1,8,32 ROUNDS=2 PROMPT=32 GEN=128 THREADS=2 KEEP= LLAMA=1
 POLICIES=("builtin=")
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --model) MODEL=$2; shift 2 ;;
@@ -79,7 +80,7 @@ run_ringlm() { # name policy-file round
 run_llama() { # round
   http_start_llama "$MODEL" "$tmp" "$max" $((max * (PROMPT + GEN + 8))) ||
     { echo "http_burst_ab.sh: llama-server did not come up" >&2; exit 1; }
-  echo "round $1 llama-server: load $(load)" >>"$tmp/loads"
+  echo "round $1 llama-server (llama.cpp $LLAMA_REPACK_USED): load $(load)" >>"$tmp/loads"
   bench "$HTTP_PORT" llama-server "$tmp/results.jsonl" || { stop_pids $HTTP_PIDS; exit 1; }
   stop_pids $HTTP_PIDS
 }

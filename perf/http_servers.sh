@@ -28,7 +28,7 @@ wait_health() { # port pid
   done
   return 1
 }
-stop_pids() { for p in "$@"; do kill "$p" 2>/dev/null || true; done; for p in "$@"; do wait "$p" 2>/dev/null || true; done; }
+stop_pids() { local p; for p in "$@"; do kill "$p" 2>/dev/null || true; done; for p in "$@"; do wait "$p" 2>/dev/null || true; done; }
 
 http_start_ringlm() {
   local f=$1 dir=$2 kv=$3 sock=$2/d.sock dpid gpid
@@ -44,7 +44,7 @@ http_start_ringlm() {
   gpid=$!
   HTTP_PIDS="$gpid $dpid"
   for _ in $(seq 600); do
-    HTTP_PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$dir/gateway.log" | head -1)
+    HTTP_PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$dir/gateway.log" 2>/dev/null | head -1)
     [ -n "$HTTP_PORT" ] && break
     sleep 0.1
   done
