@@ -41,16 +41,26 @@ const char *svc_errmsg(void)
  * checked on the conversation trace (README "Tuned default policy"). The queue is bounded:
  * past 50,000 waiting prompt tokens of one uid (tenant_quota) or 4096 waiting requests
  * (queue_full) new ones are refused at the door instead of growing memory and latency
- * without end. */
-static const char builtin_scheduler[] = "# ringlmd built-in policy\n"
-                                        "[scheduler]\n"
-                                        "mode = token_budget\n"
-                                        "token_budget = 4096\n"
-                                        "max_active_seqs = 256\n"
-                                        "prefill_chunk = 2048\n"
-                                        "decode_reserve_tokens = 64\n"
-                                        "preemption = auto\n"
-                                        "queue_max_requests = 4096\n";
+ * without end.
+ *
+ * The CPU backend takes 512 tokens a step (budget and chunk) instead of the 4096 and 2048
+ * tuned for the H200: on a CPU a 2048-token chunk is a step of 1-2.4 s (stories110M on Zen 4)
+ * during which every running stream waits, 512 one of 0.3-0.6 s; a long prompt pays one more
+ * weight read a step (+2.4-3.9% on 2000 tokens), and a burst of short prompts is prefilled in
+ * the waves a gateway's 16-record split gave it before, whoever sends it
+ * (docs/results/2026-12-07-http-zen4-s12.md). */
+#define BUILTIN_SCHEDULER(budget, chunk)                                                           \
+    "# ringlmd built-in policy\n"                                                                  \
+    "[scheduler]\n"                                                                                \
+    "mode = token_budget\n"                                                                        \
+    "token_budget = " budget "\n"                                                                  \
+    "max_active_seqs = 256\n"                                                                      \
+    "prefill_chunk = " chunk "\n"                                                                  \
+    "decode_reserve_tokens = 64\n"                                                                 \
+    "preemption = auto\n"                                                                          \
+    "queue_max_requests = 4096\n"
+static const char builtin_scheduler_gpu[] = BUILTIN_SCHEDULER("4096", "2048");
+static const char builtin_scheduler_cpu[] = BUILTIN_SCHEDULER("512", "512");
 
 /* ---- loop callbacks ------------------------------------------------------------------ */
 
@@ -353,6 +363,8 @@ int svc_create(const svc_config *cfg, svc **out)
         snprintf(s->policy_name, sizeof s->policy_name, "built-in");
     }
     static char builtin_policy[8192];
+    const char *builtin_scheduler =
+        strcmp(s->cfg.backend, "cpu") ? builtin_scheduler_gpu : builtin_scheduler_cpu;
     if (!text && !ut_builtin_text(builtin_policy, sizeof builtin_policy, builtin_scheduler)) {
         rc = seterr(-ENOSPC, "built-in policy: text does not fit");
         goto fail;

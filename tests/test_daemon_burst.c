@@ -531,3 +531,31 @@ Test(daemon_burst, prompts_arriving_during_burst_gather_join_the_first_step)
     burst_over_time(POLICY_FITS "burst_gather = 3s\n", &r);
     assert_prefilled_in_one_step("prompts", 8, 24, &r);
 }
+
+/* ringlmd's built-in policy on the CPU backend takes 512 tokens a step: a CPU spends about a
+ * millisecond a prompt token on a 110M model, so the GPU's 4096-token steps held every
+ * running stream for seconds. A burst of 16 × 48 = 768 prompt tokens is prefilled in two
+ * steps, the first a full 512, neither above it (with the GPU's knobs: one step of 768). */
+Test(daemon_burst, the_builtin_policy_takes_512_tokens_a_step_on_the_cpu)
+{
+    static burst_result r;
+    burst bu = {.clients = 4, .per_client = 4, .prompt_len = 48, .max_new = 4, .policy = NULL};
+    run_burst(&bu, &r);
+    const fmt_iteration *st = r.steps;
+    int prefill_steps = 0;
+    int64_t prefilled = 0;
+    for (int i = 0; i < r.n_steps; i++) {
+        if (st[i].prefill_tokens + st[i].decode_seqs > 512) {
+            dump_steps(st, r.n_steps);
+            cr_assert_fail("step %d took %lld prompt tokens and %lld decode rows: over 512", i,
+                           (long long)st[i].prefill_tokens, (long long)st[i].decode_seqs);
+        }
+        prefill_steps += st[i].prefill_tokens > 0;
+        prefilled += st[i].prefill_tokens;
+    }
+    cr_assert_eq(prefilled, 16 * 48, "%lld prompt tokens prefilled", (long long)prefilled);
+    if (st[0].prefill_tokens != 512 || prefill_steps != 2) dump_steps(st, r.n_steps);
+    cr_assert_eq(st[0].prefill_tokens, 512, "the first step prefilled %lld of the burst's 768",
+                 (long long)st[0].prefill_tokens);
+    cr_assert_eq(prefill_steps, 2, "the burst's prefill took %d steps", prefill_steps);
+}
