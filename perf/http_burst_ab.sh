@@ -9,7 +9,10 @@
 #
 # Prints per server and stream count the TTFT p50 and the aggregate tok/s, medians over the
 # rounds with the lowest and highest, and each ringlm setting's ratio to llama-server on the
-# medians (TTFT: ringlm / llama-server, lower is better; aggregate: higher is better); then,
+# medians (TTFT: ringlm / llama-server, lower is better; aggregate: higher is better) and,
+# with two rounds or more, the median [lowest, highest] of its ratios within each round (the
+# two servers' blocks of one round ran minutes apart, not the whole run: on a loaded machine
+# those are the ratios to read); then,
 # for every ringlm run, which engine steps prefilled each burst (ringlmd's iteration log):
 # [prompts, prefill tokens, decode rows, step ms] per step that prefilled, the load (1-minute)
 # before every block.
@@ -29,7 +32,7 @@ B=${B:-build}
 LLAMA_CPP_DIR=${LLAMA_CPP_DIR:-/work/llama-build/build/bin}
 MODEL= STREAMS=1,8,32 ROUNDS=2 PROMPT=32 GEN=128 THREADS=2 KEEP= LLAMA=1
 POLICIES=("builtin=")
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --model) MODEL=$2; shift 2 ;;
@@ -58,12 +61,13 @@ max=$(echo "$STREAMS" | tr ',' '\n' | sort -n | tail -1)
 load() { cut -d' ' -f1 /proc/loadavg; }
 
 . perf/http_servers.sh
-bench() { # port label out: a warm-up stream (the weights paged in, not counted; 8 tokens, so
-  # that no whole 16-token block of the bursts' prompts is cached by it), the bursts
+bench() { # port label out round: a warm-up stream (the weights paged in, not counted; 8
+  # tokens, so that no whole 16-token block of the bursts' prompts is cached by it), the bursts
   "$B/perf/http_stream_bench" --port "$1" --streams 1 --prompt-len 8 --max-tokens 4 \
     --runs 1 >/dev/null || return 1
   "$B/perf/http_stream_bench" --port "$1" --streams "$STREAMS" --prompt-len "$PROMPT" \
-    --max-tokens "$GEN" --runs 1 --label "$2" --json >>"$3"
+    --max-tokens "$GEN" --runs 1 --label "$2" --json >"$tmp/bench.jsonl" || return 1
+  jq -c --argjson r "$4" '. + {round: $r}' "$tmp/bench.jsonl" >>"$3"
 }
 
 run_ringlm() { # name policy-file round
@@ -73,7 +77,7 @@ run_ringlm() { # name policy-file round
     --iteration-log "$tmp/it.$name.$r.jsonl" --request-log "$tmp/rq.$name.$r.jsonl" ||
     { echo "http_burst_ab.sh: ringlm ($name) did not come up" >&2; exit 1; }
   echo "round $r ringlm $name: load $(load)" >>"$tmp/loads"
-  bench "$HTTP_PORT" "$name" "$tmp/results.jsonl" || { stop_pids $HTTP_PIDS; exit 1; }
+  bench "$HTTP_PORT" "$name" "$tmp/results.jsonl" "$r" || { stop_pids $HTTP_PIDS; exit 1; }
   stop_pids $HTTP_PIDS
 }
 
@@ -81,7 +85,7 @@ run_llama() { # round
   http_start_llama "$MODEL" "$tmp" "$max" $((max * (PROMPT + GEN + 8))) ||
     { echo "http_burst_ab.sh: llama-server did not come up" >&2; exit 1; }
   echo "round $1 llama-server (llama.cpp $LLAMA_REPACK_USED): load $(load)" >>"$tmp/loads"
-  bench "$HTTP_PORT" llama-server "$tmp/results.jsonl" || { stop_pids $HTTP_PIDS; exit 1; }
+  bench "$HTTP_PORT" llama-server "$tmp/results.jsonl" "$1" || { stop_pids $HTTP_PIDS; exit 1; }
   stop_pids $HTTP_PIDS
 }
 
@@ -105,6 +109,7 @@ echo "http_burst_ab.sh: $(basename "$MODEL"), $ROUNDS rounds, streams $STREAMS, 
 jq -rs --arg gen "$GEN" '
   def med: sort | if length == 0 then null else .[(length - 1) / 2 | floor] end;
   def r1: . * 10 | round / 10;
+  def r2: . * 100 | round / 100;
   group_by(.streams)[] as $g
   | ($g | group_by(.label) | map({key: .[0].label,
        value: {ttft: (map(.ttft_p50_ms) | {m: med, lo: min, hi: max}),
@@ -114,8 +119,15 @@ jq -rs --arg gen "$GEN" '
        + "  TTFT p50 \(.value.ttft.m | r1) ms [\(.value.ttft.lo | r1), \(.value.ttft.hi | r1)]"
        + "  agg \(.value.agg.m | r1) tok/s [\(.value.agg.lo | r1), \(.value.agg.hi | r1)]"
        + (if $s["llama-server"] and .key != "llama-server" then
-            "  vs llama-server: TTFT \(.value.ttft.m / $s["llama-server"].ttft.m * 100 | round / 100)x"
-            + ", agg \(.value.agg.m / $s["llama-server"].agg.m * 100 | round / 100)x"
+            "  vs llama-server: TTFT \(.value.ttft.m / $s["llama-server"].ttft.m | r2)x"
+            + ", agg \(.value.agg.m / $s["llama-server"].agg.m | r2)x"
+            + (.key as $k | [$g[] | select(.label == $k)] as $mine
+               | [$mine[] | .round as $r | ($g[] | select(.label == "llama-server" and .round == $r))
+                  as $l | {t: (.ttft_p50_ms / $l.ttft_p50_ms), a: (.agg_tok_s.median / $l.agg_tok_s.median)}]
+               | if length > 1 then
+                   "; within a round TTFT \(map(.t) | med | r2)x [\(map(.t) | min | r2), \(map(.t) | max | r2)]"
+                   + ", agg \(map(.a) | med | r2)x [\(map(.a) | min | r2), \(map(.a) | max | r2)]"
+                 else "" end)
           else "" end))' "$tmp/results.jsonl"
 echo "loads (1-minute) before each block:"
 sed 's/^/  /' "$tmp/loads"
