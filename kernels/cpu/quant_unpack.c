@@ -1140,27 +1140,81 @@ VNNI512 static inline __attribute__((always_inline)) vt1_idx vt1_indices(const i
                      _mm512_loadu_si512(hh)};
 }
 
-/* Weight row `row` times the R activation rows from r0 of a into acc[0..R): each block's exact
- * integer sums (the signed grid as w + 128, its -128 x sum x added in vt1_step32, as in the
- * tiles) and then its float steps. The row is read from start to end: each whole unit of 8
- * blocks as three zmm (its first 128 bytes and its last 64), from which word permutes take
- * blocks 0-3's nibbles, blocks 4-7's, and all 8 blocks' scales (minimums, fifth bits), as
- * xq4 lays the activations out: 4 vpdpbusd a unit and row, their lanes folded to the unit's
- * 8 sums in block order. The blocks past the last whole unit one at a time. */
+/* The whole unit of 8 blocks at u of a row, unpacked: z[0] blocks 0-3, z[1] blocks 4-7 (one
+ * block a 128-bit lane; low, high nibbles, with their fifth bits, IQ4_NL through its grid +
+ * 128), as xq4 lays the activations out; hd: d of blocks 0-7 in words 0-7, m in 8-15, qh in
+ * dwords 8-15. Read as three zmm (the unit's first 128 bytes and its last 64), from which
+ * word permutes take blocks 0-3's nibbles, blocks 4-7's and all 8 blocks' scales. */
 VNNI512 static inline __attribute__((always_inline)) void
-vt1_row32(const int type, const char *row, int64_t nb, const xq8 *x, const int8_t *xq4,
-          const int32_t *c32, int r0, const int R, size_t pf, const vt1_idx *ix, __m128 acc[])
+vt1_unit(const int type, const char *u, const vt1_idx *ix, __m512i z[2][2], __m512i *hd_out)
 {
-    const int64_t k = nb * 32;
-    const size_t bb = b32_bytes(type), unit = 8 * bb;
-    const bool mins = type == Q_Q4_1 || type == Q_Q5_1, q5 = type == Q_Q5_0 || type == Q_Q5_1;
+    const size_t unit = 8 * b32_bytes(type);
+    const bool q5 = type == Q_Q5_0 || type == Q_Q5_1;
     const __m512i m4 = _mm512_set1_epi8(0x0F), x10 = _mm512_set1_epi8(0x10);
     const __m512i grid =
         _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)qk_iq4nl_values)),
                          _mm512_set1_epi8((char)0x80));
+    const __m512i l0 = _mm512_loadu_si512(u), l1 = _mm512_loadu_si512(u + 64),
+                  l2 = _mm512_loadu_si512(u + unit - 64);
+    const __m512i hd =
+        _mm512_mask_blend_epi16(0xFF00F0F0u, _mm512_permutex2var_epi16(l0, ix->hd_lo, l1),
+                                _mm512_permutex2var_epi16(l1, ix->hd_hi, l2));
+    const __m512i w0 = _mm512_permutex2var_epi16(l0, ix->qs_lo, l1);
+    const __m512i w1 = _mm512_permutex2var_epi16(l1, ix->qs_hi, l2);
+    z[0][0] = _mm512_and_si512(w0, m4);
+    z[0][1] = _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4);
+    z[1][0] = _mm512_and_si512(w1, m4);
+    z[1][1] = _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4);
+    if (q5) { /* qh of block j: bits 0-15 elements 0-15, 16-31 the rest */
+        const __m256i h = _mm512_extracti64x4_epi64(hd, 1);
+        const __m128i hl = _mm256_cvtepi32_epi16(h),
+                      hh = _mm256_cvtepi32_epi16(_mm256_srli_epi32(h, 16));
+        z[0][0] = _mm512_mask_add_epi8(z[0][0], _cvtu64_mask64((uint64_t)_mm_cvtsi128_si64(hl)),
+                                       z[0][0], x10);
+        z[1][0] = _mm512_mask_add_epi8(z[1][0], _cvtu64_mask64((uint64_t)_mm_extract_epi64(hl, 1)),
+                                       z[1][0], x10);
+        z[0][1] = _mm512_mask_add_epi8(z[0][1], _cvtu64_mask64((uint64_t)_mm_cvtsi128_si64(hh)),
+                                       z[0][1], x10);
+        z[1][1] = _mm512_mask_add_epi8(z[1][1], _cvtu64_mask64((uint64_t)_mm_extract_epi64(hh, 1)),
+                                       z[1][1], x10);
+    }
+    if (type == Q_IQ4_NL)
+        for (int h = 0; h < 2; h++)
+            for (int n = 0; n < 2; n++) z[h][n] = _mm512_shuffle_epi8(grid, z[h][n]);
+    *hd_out = hd;
+}
+
+/* A unit's products with 256 activation bytes at xp (xq4's order), per 128-bit lane L: the
+ * sums of block L (lanes 0, 2: half each) and of block 4 + L (lanes 1, 3). */
+VNNI512 static inline __attribute__((always_inline)) __m512i vt1_unit_dot(__m512i z[2][2],
+                                                                          const int8_t *xp)
+{
+    __m512i s[2];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        s[h] =
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), z[h][0], _mm512_loadu_si512(xp + 128 * h));
+        s[h] = _mm512_dpbusd_epi32(s[h], z[h][1], _mm512_loadu_si512(xp + 128 * h + 64));
+    }
+    return _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]), _mm512_unpackhi_epi32(s[0], s[1]));
+}
+
+/* Weight row `row` times the R activation rows from r0 of a into acc[0..R), from block b0 (a
+ * multiple of 8): each block's exact integer sums (the signed grid as w + 128, its -128 x sum
+ * x added in vt1_step32, as in the tiles) and then its float steps. The row is read from
+ * start to end: each whole unit of 8 blocks by vt1_unit, 4 vpdpbusd a unit and row, their
+ * lanes folded to the unit's 8 sums in block order. The blocks past the last whole unit one
+ * at a time. */
+VNNI512 static inline __attribute__((always_inline)) void
+vt1_row32(const int type, const char *row, int64_t nb, const xq8 *x, const int8_t *xq4,
+          const int32_t *c32, int r0, const int R, size_t pf, const vt1_idx *ix, __m128 acc[],
+          int64_t b0)
+{
+    const int64_t k = nb * 32;
+    const size_t bb = b32_bytes(type), unit = 8 * bb;
+    const bool mins = type == Q_Q4_1 || type == Q_Q5_1;
     /* lane j of a block's 4 partial sums x 2 vectors to dword j (blocks 0-3), 4 + j (4-7) */
     const __m512i gather = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
-    int64_t b0 = 0;
     for (; b0 + 8 <= nb; b0 += 8) {
         const char *u = row + (size_t)b0 * bb;
         if (pf) {
@@ -1168,51 +1222,15 @@ vt1_row32(const int type, const char *row, int64_t nb, const xq8 *x, const int8_
             _mm_prefetch(u + pf + 64, _MM_HINT_T0);
             _mm_prefetch(u + pf + unit - 1, _MM_HINT_T0);
         }
-        const __m512i l0 = _mm512_loadu_si512(u), l1 = _mm512_loadu_si512(u + 64),
-                      l2 = _mm512_loadu_si512(u + unit - 64);
-        /* d of blocks 0-7 in words 0-7, m in 8-15, qh in dwords 8-15 */
-        const __m512i hd =
-            _mm512_mask_blend_epi16(0xFF00F0F0u, _mm512_permutex2var_epi16(l0, ix->hd_lo, l1),
-                                    _mm512_permutex2var_epi16(l1, ix->hd_hi, l2));
+        __m512i z[2][2], hd;
+        vt1_unit(type, u, ix, z, &hd);
         const __m512 dm = _mm512_cvtph_ps(_mm512_castsi512_si256(hd));
         const __m256 a = _mm512_castps512_ps256(dm);
         const __m256 mn = vt1_mins32(type, a, mins ? _mm512_extractf32x8_ps(dm, 1) : a);
-        __m512i z[2][2]; /* blocks 0-3, 4-7; low, high nibbles */
-        const __m512i w0 = _mm512_permutex2var_epi16(l0, ix->qs_lo, l1);
-        const __m512i w1 = _mm512_permutex2var_epi16(l1, ix->qs_hi, l2);
-        z[0][0] = _mm512_and_si512(w0, m4);
-        z[0][1] = _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4);
-        z[1][0] = _mm512_and_si512(w1, m4);
-        z[1][1] = _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4);
-        if (q5) { /* qh of block j: bits 0-15 elements 0-15, 16-31 the rest */
-            const __m256i h = _mm512_extracti64x4_epi64(hd, 1);
-            const __m128i hl = _mm256_cvtepi32_epi16(h),
-                          hh = _mm256_cvtepi32_epi16(_mm256_srli_epi32(h, 16));
-            z[0][0] = _mm512_mask_add_epi8(z[0][0], _cvtu64_mask64((uint64_t)_mm_cvtsi128_si64(hl)),
-                                           z[0][0], x10);
-            z[1][0] = _mm512_mask_add_epi8(
-                z[1][0], _cvtu64_mask64((uint64_t)_mm_extract_epi64(hl, 1)), z[1][0], x10);
-            z[0][1] = _mm512_mask_add_epi8(z[0][1], _cvtu64_mask64((uint64_t)_mm_cvtsi128_si64(hh)),
-                                           z[0][1], x10);
-            z[1][1] = _mm512_mask_add_epi8(
-                z[1][1], _cvtu64_mask64((uint64_t)_mm_extract_epi64(hh, 1)), z[1][1], x10);
-        }
-        if (type == Q_IQ4_NL)
-            for (int h = 0; h < 2; h++)
-                for (int n = 0; n < 2; n++) z[h][n] = _mm512_shuffle_epi8(grid, z[h][n]);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            const int8_t *xp = xq4 + (size_t)(r0 + r) * k + b0 * 32;
-            __m512i s[2];
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-                s[h] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), z[h][0],
-                                           _mm512_loadu_si512(xp + 128 * h));
-                s[h] = _mm512_dpbusd_epi32(s[h], z[h][1], _mm512_loadu_si512(xp + 128 * h + 64));
-            }
             /* lane j: blocks j, 4 + j, j, 4 + j */
-            __m512i t = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]),
-                                         _mm512_unpackhi_epi32(s[0], s[1]));
+            __m512i t = vt1_unit_dot(z, xq4 + (size_t)(r0 + r) * k + b0 * 32);
             t = _mm512_add_epi32(t, _mm512_shuffle_epi32(t, _MM_PERM_BADC));
             vt1_step32(type, _mm512_castsi512_si256(_mm512_permutexvar_epi32(gather, t)), a, mn, x,
                        c32, r0 + r, nb, b0, 8, &acc[r]);
@@ -1249,6 +1267,122 @@ vt1_row32(const int type, const char *row, int64_t nb, const xq8 *x, const int8_
     }
 }
 
+/* One product (lane 0 of v) to *yr, or beta *yr + it: vt_store's numbers for one column, with
+ * scalar loads and stores (a masked zmm store of one float per row cost more than the row's
+ * tail of sums); the same expression as vt_store's, so the same bits. */
+VNNI512 static inline __attribute__((always_inline)) void vt1_store(float *yr, __m512 v, float beta)
+{
+    if (beta != 0.0f)
+        v = _mm512_add_ps(
+            _mm512_mul_ps(_mm512_set1_ps(beta), _mm512_castps128_ps512(_mm_load_ss(yr))), v);
+    _mm_store_ss(yr, _mm512_castps512_ps128(v));
+}
+
+/* vt1_mins32 for two weight rows side by side (vt1_pair32's lanes). */
+VNNI512 static inline __attribute__((always_inline)) __m512 vt1_mins32x2(const int type, __m512 a,
+                                                                         __m512 M)
+{
+    if (type == Q_Q4_0) return _mm512_mul_ps(a, _mm512_set1_ps(8.0f));
+    if (type == Q_Q5_0) return _mm512_mul_ps(a, _mm512_set1_ps(16.0f));
+    if (type == Q_Q4_1 || type == Q_Q5_1)
+        return _mm512_castsi512_ps(
+            _mm512_xor_si512(_mm512_castps_si512(M), _mm512_set1_epi32((int)0x80000000u)));
+    return a;
+}
+
+/* Weight rows `row` and `row` + rb times activation row r into acc[0] and acc[1]: vt1_row32's
+ * numbers for each (the same integer sums, the same float steps in the same order: a row
+ * gets the bits it gets alone or in a batch), the two rows' units taken side by side so that
+ * the activations are loaded once for both, and their sums folded and their float steps taken
+ * in one vector: lanes 0-3 row 0's blocks 0-3, 4-7 row 1's, 8-11 row 0's blocks 4-7, 12-15
+ * row 1's, so that each half of a ymm of both rows' chains takes one row's steps (one row at
+ * a time per unit: IQ4_NL and Q4_0 in the cache 1.09-1.16x slower, quant_bench --mib 1). */
+VNNI512 static inline __attribute__((always_inline)) void
+vt1_pair32(const int type, const char *row, size_t rb, int64_t nb, const xq8 *x, const int8_t *xq4,
+           const int32_t *c32, int r, size_t pf, const vt1_idx *ix, __m128 acc[2])
+{
+    const int64_t k = nb * 32;
+    const size_t bb = b32_bytes(type), unit = 8 * bb;
+    const bool mins = type == Q_Q4_1 || type == Q_Q5_1;
+    /* the two rows' blocks in the lanes above, from u = (A, B, C, D) in each 128-bit lane L:
+     * row 0's blocks L and 4 + L, row 1's */
+    const __m512i gather = _mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 1, 5, 9, 13, 3, 7, 11, 15);
+    /* the activations' 8 per-block numbers, for each row's lanes */
+    const __m512i twice = _mm512_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 7);
+    /* the two rows' d (words 0-15) and m (16-31) in those lanes, from their hd */
+    int16_t hix[32];
+    for (int i = 0; i < 32; i++) {
+        const int blk = (i % 4) + 4 * ((i / 8) % 2), row1 = (i / 4) % 2, m = i / 16;
+        hix[i] = (int16_t)(32 * row1 + 8 * m + blk);
+    }
+    const __m512i hpick = _mm512_loadu_si512(hix);
+    /* Q4_0, IQ4_NL: words i and 4 + i the d of block i (at byte 18 i of a row's first zmm),
+     * words 8 + i and 12 + i that of block 4 + i (byte 72 + 18 i, the second zmm) */
+    int16_t dix[32] = {0};
+    for (int i = 0; i < 4; i++) {
+        dix[i] = dix[4 + i] = (int16_t)(9 * i);
+        dix[8 + i] = dix[12 + i] = (int16_t)(32 + 4 + 9 * i);
+    }
+    const __m512i dpick = _mm512_loadu_si512(dix);
+    __m256 acc2 = _mm256_setzero_ps();
+    const int8_t *xr = xq4 + (size_t)r * k;
+    int64_t b0 = 0;
+    for (; b0 + 8 <= nb; b0 += 8) {
+        const char *u0 = row + (size_t)b0 * bb, *u1 = u0 + rb;
+        if (pf) { /* the two rows' bytes pf ahead, in memory order: as far into them as the
+                   * pair is into its own */
+            const char *ahead = row + pf + 2 * (size_t)b0 * bb;
+            for (size_t o = 0; o < 2 * unit; o += 64) _mm_prefetch(ahead + o, _MM_HINT_T0);
+            _mm_prefetch(ahead + 2 * unit - 1, _MM_HINT_T0);
+        }
+        __m512i z0[2][2], z1[2][2], hd0, hd1;
+        vt1_unit(type, u0, ix, z0, &hd0);
+        vt1_unit(type, u1, ix, z1, &hd1);
+        /* Q4_0 and IQ4_NL (d only, in each row's first 128 bytes): both rows' d straight from
+         * their loads */
+        const __m512i hd =
+            type == Q_Q4_0 || type == Q_IQ4_NL
+                ? _mm512_mask_blend_epi16(0xF0F0u,
+                                          _mm512_permutex2var_epi16(_mm512_loadu_si512(u0), dpick,
+                                                                    _mm512_loadu_si512(u0 + 64)),
+                                          _mm512_permutex2var_epi16(_mm512_loadu_si512(u1), dpick,
+                                                                    _mm512_loadu_si512(u1 + 64)))
+                : _mm512_permutex2var_epi16(hd0, hpick, hd1);
+        const __m512 a = _mm512_cvtph_ps(_mm512_castsi512_si256(hd));
+        const __m512 mn =
+            vt1_mins32x2(type, a, mins ? _mm512_cvtph_ps(_mm512_extracti64x4_epi64(hd, 1)) : a);
+        const __m512i t0 = vt1_unit_dot(z0, xr + b0 * 32), t1 = vt1_unit_dot(z1, xr + b0 * 32);
+        __m512i p = _mm512_permutexvar_epi32(
+            gather, _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1)));
+        const size_t at = (size_t)r * nb + b0;
+        if (type == Q_IQ4_NL)
+            p = _mm512_add_epi32(
+                p, _mm512_permutexvar_epi32(twice, _mm512_castsi256_si512(_mm256_loadu_si256(
+                                                       (const __m256i *)(c32 + at)))));
+        const __m512 f = _mm512_cvtepi32_ps(p),
+                     t = _mm512_mul_ps(
+                         a, _mm512_permutexvar_ps(
+                                twice, _mm512_castps256_ps512(_mm256_loadu_ps(x->d + at))));
+        const __m512 sx =
+            type == Q_IQ4_NL
+                ? t
+                : _mm512_permutexvar_ps(twice, _mm512_castps256_ps512(_mm256_loadu_ps(x->s + at)));
+        acc2 = _mm256_fmadd_ps(_mm512_castps512_ps256(f), _mm512_castps512_ps256(t), acc2);
+        if (type != Q_IQ4_NL)
+            acc2 = _mm256_fnmadd_ps(_mm512_castps512_ps256(mn), _mm512_castps512_ps256(sx), acc2);
+        acc2 = _mm256_fmadd_ps(_mm512_extractf32x8_ps(f, 1), _mm512_extractf32x8_ps(t, 1), acc2);
+        if (type != Q_IQ4_NL)
+            acc2 = _mm256_fnmadd_ps(_mm512_extractf32x8_ps(mn, 1), _mm512_extractf32x8_ps(sx, 1),
+                                    acc2);
+    }
+    acc[0] = _mm256_castps256_ps128(acc2);
+    acc[1] = _mm256_extractf128_ps(acc2, 1);
+    if (b0 < nb) { /* the blocks past the last whole unit, each row as vt1_row32 takes them */
+        vt1_row32(type, row, nb, x, xq4, c32, r, 1, 0, ix, &acc[0], b0);
+        vt1_row32(type, row + rb, nb, x, xq4, c32, r, 1, 0, ix, &acc[1], b0);
+    }
+}
+
 /* The R activation rows from r0 of a (a group of VT1_GROUP or the rest) times the m rows. */
 VNNI512 static inline __attribute__((always_inline)) void
 vt1_group(const int type, const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a,
@@ -1256,14 +1390,22 @@ vt1_group(const int type, const char *w, size_t rb, int m, int64_t nb, const str
           int ld_y, size_t pf)
 {
     const vt1_idx ix = vt1_indices(type);
-    for (int i = 0; i < m; i++) {
+    int i = 0;
+    if (R == 1) /* one activation row: the weight rows two at a time */
+        for (; i + 2 <= m; i += 2) {
+            __m128 acc[2];
+            vt1_pair32(type, w + (size_t)i * rb, rb, nb, &a->xq, xq4, c32, r0, pf, &ix, acc);
+            vt1_store(y + (size_t)r0 * ld_y + i, vt_fold4(acc[0]), beta);
+            vt1_store(y + (size_t)r0 * ld_y + i + 1, vt_fold4(acc[1]), beta);
+        }
+    for (; i < m; i++) {
         __m128 acc[VT1_GROUP];
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) acc[r] = _mm_setzero_ps();
-        vt1_row32(type, w + (size_t)i * rb, nb, &a->xq, xq4, c32, r0, R, pf, &ix, acc);
+        vt1_row32(type, w + (size_t)i * rb, nb, &a->xq, xq4, c32, r0, R, pf, &ix, acc, 0);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++)
-            vt_store(y + (size_t)(r0 + r) * ld_y + i, vt_fold4(acc[r]), beta, 1);
+            vt1_store(y + (size_t)(r0 + r) * ld_y + i, vt_fold4(acc[r]), beta);
     }
 }
 
