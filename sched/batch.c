@@ -235,6 +235,7 @@ void sc_step_token_budget(sched *s, uint64_t now)
         }
         s->part.a[j] = x;
     }
+    uint32_t short_of_blocks = NO_SLOT; /* the first of them without its chunk's blocks */
     for (uint32_t i = 0; i < s->part.n; i++) {
         uint32_t sl = s->part.a[i];
         req *r = &s->reqs[sl];
@@ -249,10 +250,24 @@ void sc_step_token_budget(sched *s, uint64_t now)
         if (!sc_dev_grow_to(s, r, nb) &&
             !(sc_reclaim_blocked(s, nb - r->n_dev, now) && sc_dev_grow_to(s, r, nb))) {
             sc_emit_defer(s, r, SCHED_DEFER_BLOCKS, now);
+            if (short_of_blocks == NO_SLOT) short_of_blocks = sl;
             continue;
         }
         add_entry(s, sl, n, true);
         pbudget -= n;
+    }
+    if (short_of_blocks != NO_SLOT && !s->entries.n && !s->preempts.n && !s->xfers.n) {
+        /* Nothing computes, nothing moves, and a prefill waits for blocks others hold. A
+         * part-way prefill takes free blocks only and the waiver above is for decoders, so
+         * none would ever come back: prompts admitted with their first chunk's blocks (an
+         * attention window) grew into the pool together and waited for each other for ever.
+         * Preempt the victim order's first, its caps waived, so that the others go on. */
+        s->forced = true;
+        s->victims_built = false;
+        uint32_t v = sc_pick_victim(s, short_of_blocks, -1, now);
+        if (v != NO_SLOT) sc_preempt(s, v, false, now);
+        s->forced = false;
+        s->victims_built = false;
     }
 
     /* admissions: swap-ins and new (or recompute-preempted) sequences */

@@ -146,6 +146,37 @@ static void two_in_a_small_pool(const char *mode)
     free(want);
 }
 
+/* Two prompts of 80 tokens in a pool of 4 blocks: each is admitted with its first chunk's
+ * blocks (2) and prefilled chunk by chunk; at 32 tokens each needs a third block before its
+ * window gives one back, and the other holds it. A prefill preempted no one, so both waited
+ * for ever (the client got no event); now one is preempted, and both streams equal the
+ * reference. (No prefix cache: a prompt's cached chain would not fit 4 blocks.) */
+Test(daemon_window, two_prompts_prefilling_into_the_whole_pool_both_finish, .init = mk_tmpdir,
+     .fini = rm_tmpdir, .timeout = 300)
+{
+    need_daemon_binary();
+    char model[512];
+    window_model(model, sizeof model);
+    static px_conc_job g;
+    prompts(&g, 2);
+    for (int i = 0; i < 2; i++) {
+        for (int k = 0; k < 80; k++) g.prompt[i][k] = 3 + (31 * k + 57 * i) % 500;
+        g.n_prompt[i] = 80;
+    }
+    g.max_new = 8;
+    char *want = reference(model, &g);
+    const char *flags[] = {"--kv-blocks", "4", "--kv-block-size", "16", "--no-prefix-cache", NULL};
+    dmn d;
+    dmn_start_for(&d, model, policy("recompute"), flags, &g.sock, &g.out);
+    dmn_run_client(&d, client_px_concurrent, &g, "client (two prompts prefilling, 4 blocks)");
+    char *got = dmn_stop_output(&d); /* (the decision log is complete once it stopped) */
+    cr_assert_str_eq(got, want, "streams differ from every block kept");
+    cr_assert_gt(decision_count(&d, "preempt", NULL), 0, "4 blocks for two prefills of 3");
+    dmn_cleanup(&d);
+    free(got);
+    free(want);
+}
+
 Test(daemon_window, swapped_window_comes_back, .init = mk_tmpdir, .fini = rm_tmpdir, .timeout = 300)
 {
     two_in_a_small_pool("swap");

@@ -181,6 +181,41 @@ Test(window, long_prompt_prefills_chunk_by_chunk)
     sched_policy_free(p);
 }
 
+/* Two long prompts admitted together, each with its first chunk's blocks, grew chunk by
+ * chunk to their window, 4 blocks each: the whole pool of 8. Each then needed a block for its
+ * next chunk before the window gave one back; a sequence part-way through a prefill takes
+ * free blocks only, and only decoders waived their victims' protection, so nothing ran again.
+ * With nothing computing and nothing moving, one of them is preempted and both finish. */
+Test(window, prompts_growing_into_the_whole_pool_do_not_deadlock)
+{
+    const uint32_t W = 64, DEV = 8, PROMPT = 300, GEN = 4;
+    sched_policy *p;
+    sched *s = make("recompute", W, DEV, 0, false, &p);
+    cr_assert_eq(submit(s, 1, PROMPT, GEN, NULL, 0), 0, "%s", sched_last_error());
+    cr_assert_eq(submit(s, 2, PROMPT, GEN, NULL, 0), 0, "%s", sched_last_error());
+    uint64_t now = 1;
+    uint32_t out[3] = {0}, idle = 0;
+    for (int step = 0; step < 2000 && idle < 50; step++) {
+        const sched_plan *pl = iter(s, &now, W, DEV);
+        idle = pl->n_entries ? 0 : idle + 1;
+        for (uint32_t i = 0; i < pl->n_entries; i++)
+            out[pl->entries[i].req] += pl->entries[i].samples;
+        sched_req_info a, b;
+        if (sched_get_request(s, 1, &a) == -ENOENT && sched_get_request(s, 2, &b) == -ENOENT) break;
+    }
+    sched_req_info in[3] = {0};
+    sched_get_request(s, 1, &in[1]);
+    sched_get_request(s, 2, &in[2]);
+    for (int r = 1; r <= 2; r++)
+        cr_assert_eq(out[r], GEN,
+                     "request %d: %u of %u tokens; %u idle steps at the end; request 1 "
+                     "computed %u holding %u blocks, request 2 computed %u holding %u (pool %u)",
+                     r, out[r], GEN, idle, in[1].computed, in[1].blocks[SCHED_POOL_DEVICE],
+                     in[2].computed, in[2].blocks[SCHED_POOL_DEVICE], DEV);
+    sched_destroy(s);
+    sched_policy_free(p);
+}
+
 /* Runs two long sequences through a pool that holds one window at a time plus a bit: the
  * second, of a higher class, comes when the first has given blocks back, and the first is
  * preempted for it. Returns the preemptions seen and checks each one's transfers. */
