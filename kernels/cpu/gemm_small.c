@@ -226,9 +226,14 @@ AVX2 static void gemm_avx2(int M, int N, int K, const float *x, int ld_x, const 
  * left a tile waiting on its weights once several batch rows made the tile slower than the
  * stream. One Zen 4 thread, perf/gemm_bench --rows 1,2,4,8,32 --cls --clock cpu (load 4-5):
  * 1.3-1.5x at 4 rows, 1.25-1.35x at 8, 1.1x at 32; at one row it did not help (0.98-1.03x),
- * so there is none there. Fetched into L1 (prefetcht0) instead, it cost up to 25%. */
+ * so there is none there. Fetched into L1 (prefetcht0) instead, it cost up to 25%. Where a
+ * tile's 4 rows take at most PF_L1_BYTES (k <= 1024), the next tile's rows, in L2 by then, are
+ * also fetched into L1 during the last group of batch rows (with two groups or more): the same
+ * gemm_bench, 3 alternations, load 7.6-8.0: 1.12-1.16x at 8 rows, 1.11-1.13x at 16, 1.05-1.07x
+ * at 32 on wq, w1 and the classifier; at k = 2048 (32 KiB, all of L1) it cost 3-11%. */
 #define PF_MIN_ROWS 2
 #define PF_DIST     2
+#define PF_L1_BYTES (16 * 1024)
 
 static inline __attribute__((always_inline)) AVX512 __m256 fold16(__m512 a)
 {
@@ -238,9 +243,9 @@ static inline __attribute__((always_inline)) AVX512 __m256 fold16(__m512 a)
 
 static inline __attribute__((always_inline)) AVX512 void
 tile_avx512(int nr, int mr, int K, const float *x, int ld_x, const float *w, size_t ld_w,
-            float beta, float *y, int ld_y, size_t ld_yn, const float *pf)
+            float beta, float *y, int ld_y, size_t ld_yn, const float *pf, const float *pf0)
 {
-    /* pf: NULL, or 4 weight rows ld_w apart to prefetch into L2 (nr == NR only) */
+    /* pf, pf0: NULL, or 4 weight rows ld_w apart to prefetch into L2 / L1 (nr == NR only) */
     __m512 acc[NR][MR16];
 #pragma GCC unroll 4
     for (int n = 0; n < nr; n++)
@@ -252,6 +257,11 @@ tile_avx512(int nr, int mr, int K, const float *x, int ld_x, const float *w, siz
 #pragma GCC unroll 4
             for (int n = 0; n < NR; n++)
                 _mm_prefetch((const char *)(pf + (size_t)n * ld_w + k), _MM_HINT_T1);
+        }
+        if (pf0) {
+#pragma GCC unroll 4
+            for (int n = 0; n < NR; n++)
+                _mm_prefetch((const char *)(pf0 + (size_t)n * ld_w + k), _MM_HINT_T0);
         }
         __m512 wv[NR];
 #pragma GCC unroll 4
@@ -298,9 +308,12 @@ tile_avx512(int nr, int mr, int K, const float *x, int ld_x, const float *w, siz
         const float *xm = x + (size_t)m0 * ld_x;                                                   \
         float *ym = y + (size_t)m0 * ld_y + n0;                                                    \
         switch (M - m0) {                                                                          \
-        case 3: tile_avx512(nr, 3, K, xm, ld_x, wn, ld_wt, beta, ym, ld_y, ld_yt, pft); break;     \
-        case 2: tile_avx512(nr, 2, K, xm, ld_x, wn, ld_wt, beta, ym, ld_y, ld_yt, pft); break;     \
-        case 1: tile_avx512(nr, 1, K, xm, ld_x, wn, ld_wt, beta, ym, ld_y, ld_yt, pft); break;     \
+        case 3: tile_avx512(nr, 3, K, xm, ld_x, wn, ld_wt, beta, ym, ld_y, ld_yt, pft, NULL);      \
+            break;                                                                                 \
+        case 2: tile_avx512(nr, 2, K, xm, ld_x, wn, ld_wt, beta, ym, ld_y, ld_yt, pft, NULL);      \
+            break;                                                                                 \
+        case 1: tile_avx512(nr, 1, K, xm, ld_x, wn, ld_wt, beta, ym, ld_y, ld_yt, pft, NULL);      \
+            break;                                                                                 \
         default: break;                                                                            \
         }                                                                                          \
     } while (0)
@@ -311,6 +324,7 @@ AVX512 static void gemm_avx512(int M, int N, int K, const float *x, int ld_x, co
     /* one weight row from each quarter a tile (above) */
     const int q = N / NR;
     size_t ld_wt = (size_t)q * ld_w, ld_yt = (size_t)q;
+    const bool l1 = (size_t)K * NR * sizeof(float) <= PF_L1_BYTES;
     for (int n0 = 0; n0 < q; n0++) {
         const float *wn = w + (size_t)n0 * ld_w;
         /* the rows of the tile PF_DIST ahead, fetched during the first group of batch rows */
@@ -319,7 +333,8 @@ AVX512 static void gemm_avx512(int M, int N, int K, const float *x, int ld_x, co
         int m0 = 0;
         for (; m0 + MR16 <= M; m0 += MR16)
             tile_avx512(NR, MR16, K, x + (size_t)m0 * ld_x, ld_x, wn, ld_wt, beta,
-                        y + (size_t)m0 * ld_y + n0, ld_y, ld_yt, m0 == 0 ? next : NULL);
+                        y + (size_t)m0 * ld_y + n0, ld_y, ld_yt, m0 == 0 ? next : NULL,
+                        l1 && m0 > 0 && m0 + 2 * MR16 > M && n0 + 1 < q ? wn + ld_w : NULL);
         TAIL_ROWS_512(NR);
     }
     ld_wt = (size_t)ld_w;
@@ -329,7 +344,7 @@ AVX512 static void gemm_avx512(int M, int N, int K, const float *x, int ld_x, co
         int m0 = 0;
         for (; m0 + MR16 <= M; m0 += MR16)
             tile_avx512(1, MR16, K, x + (size_t)m0 * ld_x, ld_x, wn, ld_wt, beta,
-                        y + (size_t)m0 * ld_y + n0, ld_y, ld_yt, NULL);
+                        y + (size_t)m0 * ld_y + n0, ld_y, ld_yt, NULL, NULL);
         const float *pft = NULL;
         TAIL_ROWS_512(1);
     }

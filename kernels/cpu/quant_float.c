@@ -200,9 +200,13 @@ SIMD void qk_rows_half_avx2(int type, const uint16_t *w, int n, int k, const flo
  * during its first group of rows, as gemm_small's AVX-512 tiles do: one Zen 4 thread,
  * perf/quant_bench --types F16,BF16 --rows 1,2,4,8,32 --clock cpu (load 4-5), F16 1.2x at 2
  * rows, 1.4x at 4, 1.25x at 8, 1.05x at 32, BF16 (vdpbf16ps) 1.0, 1.4, 1.5, 1.08x; at one
- * row it cost 11-15%, so there is none. */
+ * row it cost 11-15%, so there is none. Where a tile's 4 rows take at most HALF_PF_L1_BYTES,
+ * the next tile's rows are fetched into L1 during the last group of rows (gemm_small's
+ * PF_L1_BYTES): the same quant_bench, 3 alternations, load 7.3-7.9, BF16 1.06-1.08x at 8-32
+ * rows, F16 0.98-1.05x. */
 #define HALF_PF_DIST     2
 #define HALF_PF_MIN_ROWS 2
+#define HALF_PF_L1_BYTES (16 * 1024)
 
 /* 16 halves at h as floats, exact; lanes off in mask read as +0 (the tail of a row). */
 static inline __attribute__((always_inline)) HALF512 __m512 half16(int type, const uint16_t *h,
@@ -224,7 +228,7 @@ static inline __attribute__((always_inline)) HALF512 __m256 fold16(__m512 a)
  * 4 weight rows go to y, y + ld_yn, y + 2 ld_yn, y + 3 ld_yn. */
 static inline __attribute__((always_inline)) HALF512 void
 half_tile512(int type, int nr, int mr, int K, const uint16_t *w, size_t ld_w, const float *x,
-             float beta, float *y, int ld_y, size_t ld_yn, const uint16_t *pf)
+             float beta, float *y, int ld_y, size_t ld_yn, const uint16_t *pf, const uint16_t *pf0)
 {
     __m512 acc[4][4];
 #pragma GCC unroll 4
@@ -237,6 +241,11 @@ half_tile512(int type, int nr, int mr, int K, const uint16_t *w, size_t ld_w, co
 #pragma GCC unroll 4
             for (int n = 0; n < 4; n++)
                 _mm_prefetch((const char *)(pf + (size_t)n * ld_w + k), _MM_HINT_T1);
+        }
+        if (pf0 && !(k & 31)) {
+#pragma GCC unroll 4
+            for (int n = 0; n < 4; n++)
+                _mm_prefetch((const char *)(pf0 + (size_t)n * ld_w + k), _MM_HINT_T0);
         }
         __m512 wv[4];
 #pragma GCC unroll 4
@@ -281,9 +290,12 @@ half_tile512(int type, int nr, int mr, int K, const uint16_t *w, size_t ld_w, co
         const float *xm = x + (size_t)m0 * k;                                                      \
         float *ym = y + (size_t)m0 * ld_y + n0;                                                    \
         switch (rows - m0) {                                                                       \
-        case 3: half_tile512(T_, nr_, 3, k, wn, ld_w, xm, beta, ym, ld_y, ld_yn, pft); break;      \
-        case 2: half_tile512(T_, nr_, 2, k, wn, ld_w, xm, beta, ym, ld_y, ld_yn, pft); break;      \
-        case 1: half_tile512(T_, nr_, 1, k, wn, ld_w, xm, beta, ym, ld_y, ld_yn, pft); break;      \
+        case 3: half_tile512(T_, nr_, 3, k, wn, ld_w, xm, beta, ym, ld_y, ld_yn, pft, NULL);       \
+            break;                                                                                 \
+        case 2: half_tile512(T_, nr_, 2, k, wn, ld_w, xm, beta, ym, ld_y, ld_yn, pft, NULL);       \
+            break;                                                                                 \
+        case 1: half_tile512(T_, nr_, 1, k, wn, ld_w, xm, beta, ym, ld_y, ld_yn, pft, NULL);       \
+            break;                                                                                 \
         default: break;                                                                            \
         }                                                                                          \
     } while (0)
@@ -302,6 +314,7 @@ static inline __attribute__((always_inline)) HALF512 void half_rows512(int type,
 {
     const int q = n / 4;
     size_t ld_w = (size_t)q * k, ld_yn = (size_t)q;
+    const bool l1 = (size_t)k * 4 * sizeof(uint16_t) <= HALF_PF_L1_BYTES;
     for (int n0 = 0; n0 < q; n0++) {
         const uint16_t *wn = w + (size_t)n0 * k;
         const uint16_t *next =
@@ -310,7 +323,8 @@ static inline __attribute__((always_inline)) HALF512 void half_rows512(int type,
         int m0 = 0;
         for (; m0 + 4 <= rows; m0 += 4)
             half_tile512(type, 4, 4, k, wn, ld_w, x + (size_t)m0 * k, beta,
-                         y + (size_t)m0 * ld_y + n0, ld_y, ld_yn, m0 == 0 ? next : NULL);
+                         y + (size_t)m0 * ld_y + n0, ld_y, ld_yn, m0 == 0 ? next : NULL,
+                         l1 && m0 > 0 && m0 + 8 > rows && n0 + 1 < q ? wn + k : NULL);
         HALF512_TAIL(type, 4);
     }
     ld_w = (size_t)k;
@@ -320,7 +334,7 @@ static inline __attribute__((always_inline)) HALF512 void half_rows512(int type,
         int m0 = 0;
         for (; m0 + 4 <= rows; m0 += 4)
             half_tile512(type, 1, 4, k, wn, ld_w, x + (size_t)m0 * k, beta,
-                         y + (size_t)m0 * ld_y + n0, ld_y, ld_yn, NULL);
+                         y + (size_t)m0 * ld_y + n0, ld_y, ld_yn, NULL, NULL);
         HALF512_TAIL(type, 1);
     }
 }
@@ -390,7 +404,7 @@ DPBF16 void qk_round_bf16_avx512(const float *x, int rows, int k, uint16_t *xb, 
  * halves apart, zero from K on); outputs as half_tile512's. */
 static inline __attribute__((always_inline)) DPBF16 void
 dp_tile(int nr, int mr, int K, const uint16_t *w, size_t ld_w, const uint16_t *xb, int ld_xb,
-        float beta, float *y, int ld_y, size_t ld_yn, const uint16_t *pf)
+        float beta, float *y, int ld_y, size_t ld_yn, const uint16_t *pf, const uint16_t *pf0)
 {
     __m512 acc[4][4];
 #pragma GCC unroll 4
@@ -403,6 +417,11 @@ dp_tile(int nr, int mr, int K, const uint16_t *w, size_t ld_w, const uint16_t *x
 #pragma GCC unroll 4
             for (int n = 0; n < 4; n++)
                 _mm_prefetch((const char *)(pf + (size_t)n * ld_w + k), _MM_HINT_T1);
+        }
+        if (pf0) {
+#pragma GCC unroll 4
+            for (int n = 0; n < 4; n++)
+                _mm_prefetch((const char *)(pf0 + (size_t)n * ld_w + k), _MM_HINT_T0);
         }
         __m512bh wv[4];
 #pragma GCC unroll 4
@@ -447,9 +466,9 @@ dp_tile(int nr, int mr, int K, const uint16_t *w, size_t ld_w, const uint16_t *x
         const uint16_t *xm = xb + (size_t)m0 * ld_xb;                                              \
         float *ym = y + (size_t)m0 * ld_y + n0;                                                    \
         switch (rows - m0) {                                                                       \
-        case 3: dp_tile(nr_, 3, k, wn, ld_w, xm, ld_xb, beta, ym, ld_y, ld_yn, pft); break;        \
-        case 2: dp_tile(nr_, 2, k, wn, ld_w, xm, ld_xb, beta, ym, ld_y, ld_yn, pft); break;        \
-        case 1: dp_tile(nr_, 1, k, wn, ld_w, xm, ld_xb, beta, ym, ld_y, ld_yn, pft); break;        \
+        case 3: dp_tile(nr_, 3, k, wn, ld_w, xm, ld_xb, beta, ym, ld_y, ld_yn, pft, NULL); break;  \
+        case 2: dp_tile(nr_, 2, k, wn, ld_w, xm, ld_xb, beta, ym, ld_y, ld_yn, pft, NULL); break;  \
+        case 1: dp_tile(nr_, 1, k, wn, ld_w, xm, ld_xb, beta, ym, ld_y, ld_yn, pft, NULL); break;  \
         default: break;                                                                            \
         }                                                                                          \
     } while (0)
@@ -460,6 +479,7 @@ DPBF16 void qk_rows_bf16_dp_avx512(const uint16_t *w, int n, int k, const uint16
 {
     const int q = n / 4;
     size_t ld_w = (size_t)q * k, ld_yn = (size_t)q;
+    const bool l1 = (size_t)k * 4 * sizeof(uint16_t) <= HALF_PF_L1_BYTES;
     for (int n0 = 0; n0 < q; n0++) {
         const uint16_t *wn = w + (size_t)n0 * k;
         const uint16_t *next =
@@ -468,7 +488,8 @@ DPBF16 void qk_rows_bf16_dp_avx512(const uint16_t *w, int n, int k, const uint16
         int m0 = 0;
         for (; m0 + 4 <= rows; m0 += 4)
             dp_tile(4, 4, k, wn, ld_w, xb + (size_t)m0 * ld_xb, ld_xb, beta,
-                    y + (size_t)m0 * ld_y + n0, ld_y, ld_yn, m0 == 0 ? next : NULL);
+                    y + (size_t)m0 * ld_y + n0, ld_y, ld_yn, m0 == 0 ? next : NULL,
+                    l1 && m0 > 0 && m0 + 8 > rows && n0 + 1 < q ? wn + k : NULL);
         DP_TAIL(4);
     }
     ld_w = (size_t)k;
@@ -478,7 +499,7 @@ DPBF16 void qk_rows_bf16_dp_avx512(const uint16_t *w, int n, int k, const uint16
         int m0 = 0;
         for (; m0 + 4 <= rows; m0 += 4)
             dp_tile(1, 4, k, wn, ld_w, xb + (size_t)m0 * ld_xb, ld_xb, beta,
-                    y + (size_t)m0 * ld_y + n0, ld_y, ld_yn, NULL);
+                    y + (size_t)m0 * ld_y + n0, ld_y, ld_yn, NULL, NULL);
         DP_TAIL(1);
     }
 }
