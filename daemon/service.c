@@ -396,7 +396,11 @@ int svc_create(const svc_config *cfg, svc **out)
         rc = seterr(rc, "model %s: %s", cfg->model, eng_errmsg());
         goto fail;
     }
-    if (progress) svc_log("model loaded in %llu ms", (unsigned long long)(mono_ms() - t_load));
+    if (progress)
+        svc_log("model loaded in %llu ms%s", (unsigned long long)(mono_ms() - t_load),
+                !eng_model_gguf_path(s->model)       ? ""
+                : eng_model_weights_copied(s->model) ? " (weights read into memory on 2 MiB pages)"
+                                                     : " (weights mapped from the file)");
     s->mcfg = eng_model_cfg(s->model);
     s->n_stop_tokens = eng_model_stop_tokens(s->model, s->stop_tokens, SVC_MAX_STOP_TOKENS);
     if (s->n_stop_tokens > SVC_MAX_STOP_TOKENS) s->n_stop_tokens = SVC_MAX_STOP_TOKENS;

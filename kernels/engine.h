@@ -210,6 +210,10 @@ const eng_model_tensors *eng_model_tensors_of(const eng_model *m);
 int eng_model_stop_tokens(const eng_model *m, int32_t *out, int max);
 /* The GGUF file's path when the model came from one (the tokenizer lives in it), else NULL. */
 const char *eng_model_gguf_path(const eng_model *m);
+/* Whether a GGUF model's weights were read into anonymous memory advised onto 2 MiB pages
+ * (the default) rather than mapped from the page cache (RINGLM_WEIGHTS_HUGEPAGES=0, or the
+ * copy failed; llama2.c files and synthetic models: false). */
+bool eng_model_weights_copied(const eng_model *m);
 /* A GGUF model's general.name (the name its author gave it), NUL-terminated; NULL when the
  * model is not a GGUF file, or its general.name is absent, empty or not a string. */
 const char *eng_model_name(const eng_model *m);

@@ -924,7 +924,7 @@ static int gguf_to_model(eng_model *m, const gguf_file *g)
 static int load_gguf(const char *path, eng_model **out)
 {
     gguf_file *g;
-    int err = gguf_open(path, &g);
+    int err = gguf_open_weights(path, &g);
     if (err) return eng_seterr(err, "%s", gguf_errmsg());
     eng_model *m = model_new();
     if (!m) {
@@ -1091,6 +1091,11 @@ const eng_model_tensors *eng_model_tensors_of(const eng_model *m)
 const char *eng_model_gguf_path(const eng_model *m)
 {
     return m->gguf ? m->path : NULL;
+}
+
+bool eng_model_weights_copied(const eng_model *m)
+{
+    return m->gguf && gguf_weights_copied(m->gguf);
 }
 
 const char *eng_model_name(const eng_model *m)

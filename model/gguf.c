@@ -29,7 +29,8 @@ struct gguf_file {
     const unsigned char *base;
     size_t len;
     bool mapped;
-    void *map; /* what gguf_close unmaps (mapped): base, or the huge-page copy's mapping */
+    bool copied; /* gguf_open_weights read the file into anonymous memory (huge pages) */
+    void *map;   /* what gguf_close unmaps (mapped): base, or the huge-page copy's mapping */
     size_t map_len;
     uint32_t alignment;
     uint64_t data_offset;
@@ -379,14 +380,15 @@ int gguf_open_mem(const void *buf, size_t len, gguf_file **out)
 }
 
 /*
- * RINGLM_WEIGHTS_HUGEPAGES=1: the file read into anonymous memory on 2 MiB pages (madvise
- * MADV_HUGEPAGE, where transparent huge pages are enabled or on madvise), not mapped from the
+ * gguf_open_weights: the file read into anonymous memory on 2 MiB pages (madvise
+ * MADV_HUGEPAGE, where transparent huge pages are `always` or `madvise`), not mapped from the
  * page cache on 4 KiB pages. A decode step streams every weight once; on 4 KiB pages each
  * stream enters a new page every 4 KiB, and the pages of a model outnumber the TLB's entries
- * many times over. One Zen 4 thread reading stories110M's layers at one row (perf/quant_bench
- * with its weights on either): F16 1.12x, BF16 1.15x, Q8_0 1.35x
- * (docs/results/2026-12-07-float-decode-prefetch-zen4-s12.md). Opt-in: the copy costs the
- * read at load and the page cache's sharing between processes that map the same file.
+ * many times over. One Zen 4 thread, one sequence (engine_bench, either way alternated):
+ * Q8_0 1.45-1.50x, Q4_K_M 1.2x, F32 1.17x, F16 1.07-1.15x
+ * (docs/results/2026-12-07-float-decode-prefetch-zen4-s12.md). The copy costs the read at load
+ * (132 ms for a 438 MB file from the page cache) and the page cache's sharing of one file
+ * between processes; RINGLM_WEIGHTS_HUGEPAGES=0 maps the file instead.
  * Returns the copy's first byte (the mapping in *map, *map_len), or NULL where it is not asked
  * for or fails (the caller maps the file).
  */
@@ -395,7 +397,7 @@ int gguf_open_mem(const void *buf, size_t len, gguf_file **out)
 static const unsigned char *huge_copy(int fd, size_t size, void **map, size_t *map_len)
 {
     const char *e = getenv("RINGLM_WEIGHTS_HUGEPAGES");
-    if (!e || strcmp(e, "1") != 0) return NULL;
+    if (e && strcmp(e, "0") == 0) return NULL;
     const size_t len = ((size + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1)) + HUGE_PAGE;
     void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) return NULL;
@@ -421,7 +423,7 @@ static const unsigned char *huge_copy(int fd, size_t size, void **map, size_t *m
     return p;
 }
 
-int gguf_open(const char *path, gguf_file **out)
+static int open_path(const char *path, bool weights, gguf_file **out)
 {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -435,7 +437,8 @@ int gguf_open(const char *path, gguf_file **out)
     }
     size_t map_len = (size_t)st.st_size;
     void *map = NULL;
-    const unsigned char *base = huge_copy(fd, map_len, &map, &map_len);
+    const unsigned char *base = weights ? huge_copy(fd, map_len, &map, &map_len) : NULL;
+    const bool copied = base != NULL;
     int merr = 0;
     if (!base) {
         map = mmap(NULL, map_len, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -452,6 +455,7 @@ int gguf_open(const char *path, gguf_file **out)
     g->base = base;
     g->len = (size_t)st.st_size;
     g->mapped = true;
+    g->copied = copied;
     g->map = map;
     g->map_len = map_len;
     int err = open_common(g, out);
@@ -459,6 +463,21 @@ int gguf_open(const char *path, gguf_file **out)
         seterr(err, "%s: %s", path, gguf_err.msg); /* errdetail: may wrap itself */
     }
     return err;
+}
+
+int gguf_open(const char *path, gguf_file **out)
+{
+    return open_path(path, false, out);
+}
+
+int gguf_open_weights(const char *path, gguf_file **out)
+{
+    return open_path(path, true, out);
+}
+
+bool gguf_weights_copied(const gguf_file *g)
+{
+    return g->copied;
 }
 
 void gguf_close(gguf_file *g)

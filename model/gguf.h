@@ -101,6 +101,13 @@ typedef struct gguf_file gguf_file;
 /* Opens and validates a file (mmap, read-only). Errors: -ENOENT/-EACCES (open), -EINVAL
  * (not GGUF, unsupported version, malformed: the detail names the field), -ENOMEM. */
 int gguf_open(const char *path, gguf_file **out);
+/* The same for a file whose weights will be computed on: read into anonymous memory advised
+ * onto 2 MiB pages (MADV_HUGEPAGE) instead of mapped from the page cache on 4 KiB pages, unless
+ * RINGLM_WEIGHTS_HUGEPAGES=0 is in the environment or the copy fails (then mapped, as
+ * gguf_open). gguf_open serves readers of metadata (tokenizer, template), which need no copy. */
+int gguf_open_weights(const char *path, gguf_file **out);
+/* Whether gguf_open_weights copied the file (true) or mapped it (false). */
+bool gguf_weights_copied(const gguf_file *g);
 /* The same over a buffer the caller keeps alive while the file is open (not copied). */
 int gguf_open_mem(const void *buf, size_t len, gguf_file **out);
 void gguf_close(gguf_file *g);

@@ -151,18 +151,20 @@ Test(gguf_model, synthetic_gqa_f32_file_gives_the_in_memory_logits_bit_for_bit, 
     eng_model_free(file);
 }
 
-/* RINGLM_WEIGHTS_HUGEPAGES=1 reads the file into anonymous memory (2 MiB pages) instead of
- * mapping it: the same tensors, so the same logits to the bit, and a file cut short is still
- * refused by name. */
+/* A GGUF model's weights are read into anonymous memory (2 MiB pages) by default, mapped from
+ * the file with RINGLM_WEIGHTS_HUGEPAGES=0: the same tensors either way, so the same logits to
+ * the bit, and a file cut short is still refused by name. */
 Test(gguf_model, weights_read_onto_huge_pages_give_the_mapped_files_logits_bit_for_bit,
      .init = mk_tmpdir, .fini = rm_tmpdir)
 {
     const char *path = export("synthetic:gqa-test:5", NULL, "F16", NULL, "gqa16.gguf");
     eng_model *mapped, *copied;
-    cr_assert_eq(unsetenv("RINGLM_WEIGHTS_HUGEPAGES"), 0);
+    cr_assert_eq(setenv("RINGLM_WEIGHTS_HUGEPAGES", "0", 1), 0);
     cr_assert_eq(eng_model_load(path, &mapped), 0, "%s", eng_errmsg());
-    cr_assert_eq(setenv("RINGLM_WEIGHTS_HUGEPAGES", "1", 1), 0);
+    cr_assert_not(eng_model_weights_copied(mapped), "RINGLM_WEIGHTS_HUGEPAGES=0 copied the file");
+    cr_assert_eq(unsetenv("RINGLM_WEIGHTS_HUGEPAGES"), 0);
     cr_assert_eq(eng_model_load(path, &copied), 0, "%s", eng_errmsg());
+    cr_assert(eng_model_weights_copied(copied), "the weights were not copied by default");
     const size_t n = (size_t)7 * eng_model_cfg(mapped)->vocab_size;
     float *la = malloc(n * sizeof *la), *lb = malloc(n * sizeof *lb);
     run_prompt(mapped, la);
