@@ -8,7 +8,9 @@
  * prefill projection (256 x 768 x 768, one thread, as the engine's workers call it), with
  * the core OpenBLAS runs for this CPU (corrected as ringlmd corrects it: RINGLM_BLAS_CORE=keep
  * measures OpenBLAS's own choice) and the CPU's features. Each figure is the median of
- * --repeats, with the lowest and highest.
+ * --repeats, with the lowest and highest. The buffer the bandwidth is read from lies on 2 MiB
+ * pages (MADV_HUGEPAGE, where transparent huge pages allow), as ringlmd's weights do; with
+ * --small-pages on 4 KiB pages, as a file mapped from the page cache.
  *
  * It also measures one core's vector units (mul_probe_run below: the rate of each instruction
  * the dot kernels are made of, alone and in pairs; 8-bit dots; FMAs and dots side by side,
@@ -16,13 +18,14 @@
  * BF16 dot peak that kernels/cpu/gemm_bf16.c's tiles are measured against); --mul measures
  * only those.
  *
- *   machine_probe [--threads N] [--repeats R] [--mib M] [--json] [--mul]
+ *   machine_probe [--threads N] [--repeats R] [--mib M] [--json] [--mul] [--small-pages]
  */
 #include "kernels/cpu/blas_core.h"
 #include "perf/bench_util.h"
 
 #include <cblas.h>
 #include <getopt.h>
+#include <sys/mman.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -461,22 +464,26 @@ static void mul_report(const mul_probe *runs, int n, int json)
 int main(int argc, char **argv)
 {
     blas_core_fix(argv); /* OpenBLAS's kernels as ringlmd runs them (kernels/cpu/blas_core.h) */
-    int threads = 2, repeats = 5, json = 0, mib = 1024, mul_only = 0;
-    static const struct option opts[] = {
-        {"threads", required_argument, 0, 't'}, {"repeats", required_argument, 0, 'r'},
-        {"mib", required_argument, 0, 'm'},     {"json", no_argument, 0, 'j'},
-        {"mul", no_argument, 0, 'u'},           {0, 0, 0, 0}};
+    int threads = 2, repeats = 5, json = 0, mib = 1024, mul_only = 0, small_pages = 0;
+    static const struct option opts[] = {{"threads", required_argument, 0, 't'},
+                                         {"repeats", required_argument, 0, 'r'},
+                                         {"mib", required_argument, 0, 'm'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"mul", no_argument, 0, 'u'},
+                                         {"small-pages", no_argument, 0, 's'},
+                                         {0, 0, 0, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "t:r:m:ju", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "t:r:m:jus", opts, NULL)) != -1) {
         switch (ch) {
         case 't': threads = atoi(optarg); break;
         case 'r': repeats = atoi(optarg); break;
         case 'm': mib = atoi(optarg); break;
         case 'j': json = 1; break;
         case 'u': mul_only = 1; break;
+        case 's': small_pages = 1; break;
         default:
             fprintf(stderr, "usage: machine_probe [--threads N] [--repeats R] [--mib M] [--json] "
-                            "[--mul]\n");
+                            "[--mul] [--small-pages]\n");
             return 2;
         }
     }
@@ -521,7 +528,10 @@ int main(int argc, char **argv)
         return 0;
     }
     size_t bytes = (size_t)mib << 20;
-    v8f *buf = aligned_alloc(64, bytes);
+    /* 2 MiB-aligned, advised onto huge pages unless --small-pages (ringlmd reads its weights
+     * on huge pages: gguf_open_weights) */
+    v8f *buf = aligned_alloc((size_t)2 << 20, bytes);
+    if (buf && !small_pages) (void)madvise(buf, bytes, MADV_HUGEPAGE);
     const int M = 1024, pm = 256, pk = 768;
     float *a = malloc((size_t)M * M * sizeof(float)), *b = malloc((size_t)M * M * sizeof(float)),
           *c = malloc((size_t)M * M * sizeof(float));
@@ -547,22 +557,23 @@ int main(int argc, char **argv)
     const char *core = openblas_get_corename();
     if (json) {
         printf("{\"threads\":%d,\"repeats\":%d,\"cpu_features\":\"%s\",\"openblas_core\":\"%s\","
+               "\"read_pages\":\"%s\","
                "\"read_gb_s\":{\"median\":%.2f,\"lowest\":%.2f,\"highest\":%.2f},"
                "\"fma_f32_gflop_s\":{\"median\":%.1f,\"lowest\":%.1f,\"highest\":%.1f},"
                "\"sgemm_1024_gflop_s\":{\"median\":%.1f,\"lowest\":%.1f,\"highest\":%.1f},"
                "\"sgemm_256x768x768_1thread_gflop_s\":{\"median\":%.1f,\"lowest\":%.1f,"
                "\"highest\":%.1f},",
-               threads, repeats, features, core ? core : "?", srd.median, srd.lowest, srd.highest,
-               sfm.median, sfm.lowest, sfm.highest, ssg.median, ssg.lowest, ssg.highest, ssp.median,
-               ssp.lowest, ssp.highest);
+               threads, repeats, features, core ? core : "?", small_pages ? "4KiB" : "2MiB",
+               srd.median, srd.lowest, srd.highest, sfm.median, sfm.lowest, sfm.highest, ssg.median,
+               ssg.lowest, ssg.highest, ssp.median, ssp.lowest, ssp.highest);
         mul_report(mp, repeats, 1);
         printf("}\n");
     } else {
         printf("machine_probe, %d threads, medians of %d [lowest, highest]\n", threads, repeats);
         printf("  cpu features:                  %s\n", features);
         printf("  OpenBLAS core:                 %s\n", core ? core : "?");
-        printf("  read bandwidth (%d MiB):     %8.2f GB/s     [%.2f, %.2f]\n", mib, srd.median,
-               srd.lowest, srd.highest);
+        printf("  read bandwidth (%d MiB, %s pages): %8.2f GB/s     [%.2f, %.2f]\n", mib,
+               small_pages ? "4 KiB" : "2 MiB", srd.median, srd.lowest, srd.highest);
         printf("  f32 FMA peak (AVX2):           %8.1f GFLOP/s [%.1f, %.1f]\n", sfm.median,
                sfm.lowest, sfm.highest);
         printf("  SGEMM 1024^3:                  %8.1f GFLOP/s [%.1f, %.1f]\n", ssg.median,
