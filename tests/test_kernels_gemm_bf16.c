@@ -10,6 +10,8 @@
  *   - and the exact product of the activations as given within the stated tolerance,
  *     (2^-8 + (K + 2) 2^-24) · Σ|x w|;
  *   - a row's results are the same bits alone, in any batch and in any split of the columns;
+ *   - with the activations rounded before (gemm_bf16_round, in two parts of rows as threads
+ *     split them), gemm_bf16_rounded gives gemm_bf16's bits on every shape above;
  *   - F32 and F16 weights (RINGLM_PREFILL_GEMM=bf16) are rounded to the nearest bf16 as they
  *     are packed: the same two checks with the weights so rounded, and the stated tolerance
  *     (2^-7 + 2^-16 + (K + 2) 2^-24) · Σ|x w| against their exact product;
@@ -66,6 +68,23 @@ static void trial(int type, int M, int N, int K, float beta)
         wb[i] = q_bf16_to_f32(q_f32_to_bf16(wf[i]));
     }
     cr_assert(gemm_bf16(type, M, N, K, x, ld_x, w, (size_t)ld_w * es, beta, y, ld_y));
+    /* the same product from rows rounded before, in two parts as workers round them */
+    const int ld_r = gemm_bf16_round_ld(K), m1 = M / 3;
+    uint16_t *xr = malloc((size_t)M * ld_r * sizeof(uint16_t));
+    float *y2 = malloc((size_t)M * ld_y * sizeof(float));
+    cr_assert(xr && y2);
+    memset(xr, 0xA5, (size_t)M * ld_r * sizeof(uint16_t)); /* zeros past K are its to write */
+    memcpy(y2, y0, (size_t)M * ld_y * sizeof(float));
+    gemm_bf16_round(m1, K, x, ld_x, xr);
+    gemm_bf16_round(M - m1, K, x + (size_t)m1 * ld_x, ld_x, xr + (size_t)m1 * ld_r);
+    cr_assert(gemm_bf16_rounded(type, M, N, K, xr, w, (size_t)ld_w * es, beta, y2, ld_y));
+    for (int m = 0; m < M; m++)
+        cr_assert(memcmp(y2 + (size_t)m * ld_y, y + (size_t)m * ld_y, (size_t)N * sizeof(float)) ==
+                      0,
+                  "type %d M %d N %d K %d beta %g: row %d from rows rounded before differs", type,
+                  M, N, K, beta, m);
+    free(xr);
+    free(y2);
     const double tol = type == Q_BF16 ? 0x1p-8 : 0x1p-7 + 0x1p-16;
     for (int m = 0; m < M; m++)
         for (int n = 0; n < N; n++) {
@@ -154,9 +173,13 @@ Test(kernels_gemm_bf16, declines_other_weight_types_and_cpus_without_avx512_bf16
     for (int i = 0; i < M * N; i++) y[i] = 7.0f;
     cr_assert_not(gemm_bf16(Q_Q8_0, M, N, K, x, K, w, 68, 0.0f, y, N));
     cr_assert_not(gemm_bf16(99, M, N, K, x, K, w, K * 2, 0.0f, y, N));
+    static uint16_t xr[M * (K + 64)];
+    cr_assert_not(gemm_bf16_rounded(Q_Q8_0, M, N, K, xr, w, 68, 0.0f, y, N));
     if (!gemm_bf16_supported())
         for (int t = 0; t < 3; t++)
             cr_assert_not(
-                gemm_bf16((int[]){Q_BF16, Q_F32, Q_F16}[t], M, N, K, x, K, w, K * 4, 0.0f, y, N));
+                gemm_bf16((int[]){Q_BF16, Q_F32, Q_F16}[t], M, N, K, x, K, w, K * 4, 0.0f, y, N) ||
+                gemm_bf16_rounded((int[]){Q_BF16, Q_F32, Q_F16}[t], M, N, K, xr, w, K * 4, 0.0f, y,
+                                  N));
     for (int i = 0; i < M * N; i++) cr_assert_eq(y[i], 7.0f);
 }

@@ -102,7 +102,8 @@ typedef struct mm_job {
     int act; /* enum eng_ffn_act of the gated product */
     int chunk_rows;
     int n_chunks;
-    const q_xq *xq; /* x quantized once for quantized weights (matmul_jobs), or NULL */
+    const q_xq *xq;     /* x quantized once for quantized weights (matmul_jobs), or NULL */
+    const uint16_t *xr; /* x rounded to bf16 once for gemm_bf16 (matmul_jobs), or NULL */
 } mm_job;
 
 typedef struct mm_region {
@@ -111,22 +112,29 @@ typedef struct mm_region {
     int rows; /* T */
 } mm_region;
 
+/* Whether matmul_rows multiplies rows of x by weights of wtype in gemm_bf16's tiles. */
+static bool takes_bf16_tiles(int wtype, int rows)
+{
+    return (wtype == ENG_W_BF16 || wtype == ENG_W_F32 || wtype == ENG_W_F16) &&
+           rows > gemm_small_max_rows(GEMM_SMALL_AUTO) && gemm_bf16_prefer(wtype);
+}
+
 /* Rows n0.. of a weight matrix in any type: float32 through gemm_small or BLAS, the others
  * through the fused/tiled kernels of quant.c. */
-static void matmul_rows(int rows, const float *x, const q_xq *xq, eng_wmat wm, int n0, int n, int k,
-                        float beta, float *y, int ld_y)
+static void matmul_rows(int rows, const float *x, const q_xq *xq, const uint16_t *xr, eng_wmat wm,
+                        int n0, int n, int k, float beta, float *y, int ld_y)
 {
     /* BF16 weights above gemm_small's batches, where the CPU has AVX-512 BF16: the activations
      * rounded to bf16 and dotted in vdpbf16ps tiles (gemm_bf16.h: not exact float32, within
      * 2^-8 of each product; RINGLM_PREFILL_GEMM=own or =blas keep float32), 1.7-1.8x the
      * float panels below (perf/gemm_bench --prefill --type BF16); F32 and F16 weights too,
-     * rounded as well, where RINGLM_PREFILL_GEMM=bf16 asks for it. */
-    if ((wm.type == ENG_W_BF16 || wm.type == ENG_W_F32 || wm.type == ENG_W_F16) &&
-        rows > gemm_small_max_rows(GEMM_SMALL_AUTO) && gemm_bf16_prefer(wm.type)) {
+     * rounded as well, where RINGLM_PREFILL_GEMM=bf16 asks for it. xr: the rows rounded once
+     * for the whole product (matmul_jobs), or NULL (rounded here). */
+    if (takes_bf16_tiles(wm.type, rows)) {
         const size_t rb = eng_wrow_bytes(wm.type, k);
-        if (gemm_bf16(wm.type, rows, n, k, x, k,
-                      (const uint16_t *)((const char *)wm.data + (size_t)n0 * rb), rb, beta, y,
-                      ld_y))
+        const void *w = (const char *)wm.data + (size_t)n0 * rb;
+        if (xr ? gemm_bf16_rounded(wm.type, rows, n, k, xr, w, rb, beta, y, ld_y)
+               : gemm_bf16(wm.type, rows, n, k, x, k, w, rb, beta, y, ld_y))
             return;
     }
     /* Float weights above gemm_small's batches (prefill, large decode batches): our own AVX2
@@ -183,13 +191,46 @@ static void mm_task(void *ctx, int task, int worker)
     }
     int n0 = task * j->chunk_rows;
     int n = j->n - n0 < j->chunk_rows ? j->n - n0 : j->chunk_rows;
-    matmul_rows(r->rows, j->x, j->xq, j->w, n0, n, j->k, j->beta, j->y + n0, j->ld_y);
+    matmul_rows(r->rows, j->x, j->xq, j->xr, j->w, n0, n, j->k, j->beta, j->y + n0, j->ld_y);
     if (j->up.data) {
-        matmul_rows(r->rows, j->x, j->xq, j->up, n0, n, j->k, 0.0f, j->y_up + n0, j->ld_y);
+        matmul_rows(r->rows, j->x, j->xq, j->xr, j->up, n0, n, j->k, 0.0f, j->y_up + n0, j->ld_y);
         for (int t = 0; t < r->rows; t++)
             (j->act == ENG_ACT_GELU ? geglu : swiglu)(j->y + (size_t)t * j->ld_y + n0,
                                                       j->y_up + (size_t)t * j->ld_y + n0, n);
     }
+}
+
+typedef struct round_region {
+    const float *x;
+    int rows, k, parts;
+    uint16_t *xr;
+} round_region;
+
+static void round_task(void *ctx, int task, int worker)
+{
+    (void)worker;
+    const round_region *r = ctx;
+    const int m0 = (int)((int64_t)task * r->rows / r->parts);
+    const int m1 = (int)((int64_t)(task + 1) * r->rows / r->parts);
+    gemm_bf16_round(m1 - m0, r->k, r->x + (size_t)m0 * r->k, r->k,
+                    r->xr + (size_t)m0 * gemm_bf16_round_ld(r->k));
+}
+
+/* x (rows of k floats) rounded to bf16 into slot, split by rows among the workers; NULL
+ * without memory (each chunk then rounds for itself). */
+static const uint16_t *round_rows_once(cpu *c, int slot, const float *x, int rows, int k)
+{
+    const size_t need = (size_t)rows * (size_t)gemm_bf16_round_ld(k) * sizeof(uint16_t);
+    if (c->xr_cap[slot] < need) {
+        void *p = realloc(c->xr_mem[slot], need);
+        if (!p) return NULL;
+        c->xr_mem[slot] = p;
+        c->xr_cap[slot] = need;
+    }
+    const int nw = c->workers.n_workers;
+    round_region r = {x, rows, k, rows >= 64 ? 2 * nw : 1, c->xr_mem[slot]};
+    pool_run(&c->workers, r.parts, round_task, &r);
+    return c->xr_mem[slot];
 }
 
 /* Runs the jobs as one parallel region. Chunks: a few per worker so a descheduled worker
@@ -229,6 +270,22 @@ static void matmul_jobs(cpu *c, mm_job *jobs, int n_jobs, int rows)
         }
         j->xq = q_xq_prepare(c->xq_mem[slot], c->xq_cap[slot], j->x, rows, j->k);
         slot++;
+    }
+    /* Weights in gemm_bf16's tiles read the rows rounded to bf16: rounded here, once for every
+     * chunk of every job that reads them. (Each chunk rounded all rows again for every 128
+     * weight rows of its own: on two threads 24 times for Q, K and V, 32 for the gate and up
+     * products, 8 for the others; 7% of a prefill's time, perf record.) */
+    slot = 0;
+    for (int i = 0; i < n_jobs; i++) {
+        mm_job *j = &jobs[i];
+        j->xr = NULL;
+        if (!takes_bf16_tiles(j->w.type, rows) &&
+            !(j->up.data && takes_bf16_tiles(j->up.type, rows)))
+            continue;
+        for (int p = 0; p < i && !j->xr; p++)
+            if (jobs[p].x == j->x && jobs[p].k == j->k) j->xr = jobs[p].xr;
+        if (j->xr || slot == CPU_XQ_SLOTS) continue;
+        j->xr = round_rows_once(c, slot++, j->x, rows, j->k);
     }
     mm_region r = {jobs, n_jobs, rows};
     pool_run(&c->workers, total, mm_task, &r);
@@ -605,7 +662,10 @@ static void cpu_destroy(void *priv)
     for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) free(moe[i]);
     free(c->moe_e);
     free(c->moe_rows);
-    for (int i = 0; i < CPU_XQ_SLOTS; i++) free(c->xq_mem[i]);
+    for (int i = 0; i < CPU_XQ_SLOTS; i++) {
+        free(c->xq_mem[i]);
+        free(c->xr_mem[i]);
+    }
     free(c);
 }
 

@@ -72,6 +72,9 @@ typedef struct cpu {
 #define CPU_XQ_SLOTS 4
     void *xq_mem[CPU_XQ_SLOTS];
     size_t xq_cap[CPU_XQ_SLOTS];
+    /* the same rows rounded to bf16 once for gemm_bf16's tiles, as many slots */
+    uint16_t *xr_mem[CPU_XQ_SLOTS];
+    size_t xr_cap[CPU_XQ_SLOTS];
     pool workers;
     eng_phase_stats stats;
     /* the batch being executed (read by the tasks) */

@@ -9,7 +9,12 @@
  * each block of MC activation rows, their KC elements are rounded to bf16 once (32 at a time,
  * vcvtne2ps2bf16, zeros past K), and the 8 x 32 tile runs over the panels: per pair of k, two
  * loads of weights, eight broadcast pairs of activations, sixteen vdpbf16ps. Rounding the
- * activations again for every block of NC weight rows costs 1/NC of the products.
+ * activations again for every block of NC weight rows costs 1/NC of the products — and more
+ * where callers split N into chunks of less than NC, each chunk rounding every row again: a
+ * prefill on two threads rounded each activation row 8 to 32 times a product (a tenth of the
+ * time in the tiles, perf record). gemm_bf16_rounded takes rows rounded once before
+ * (gemm_bf16_round, which the backend runs once per product for all its chunks); the same
+ * roundings, so the same bits.
  */
 #include "kernels/cpu/gemm_bf16.h"
 
@@ -120,12 +125,13 @@ static BF16 void pack_panel(int wtype, const char *w, size_t rb, int nr, int k0,
     }
 }
 
-/* xb[r][0 .. KC) = bf16(x[r][k0 .. k0 + kc)), zeros after, for r < mr. */
-static BF16 void round_rows(const float *x, int ld_x, int mr, int kc, uint16_t *xb)
+/* xb[r][0 .. roundup(kc, 32)) = bf16(x[r][0 .. kc)), zeros after kc, for r < mr; rows of xb
+ * ld_xb apart. */
+static BF16 void round_rows(const float *x, int ld_x, int mr, int kc, uint16_t *xb, int ld_xb)
 {
     for (int r = 0; r < mr; r++) {
         const float *xr = x + (size_t)r * ld_x;
-        uint16_t *o = xb + (size_t)r * KC;
+        uint16_t *o = xb + (size_t)r * ld_xb;
         for (int i = 0; i < kc; i += 32) {
             const int left = kc - i;
             const __mmask16 lo = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1),
@@ -134,17 +140,19 @@ static BF16 void round_rows(const float *x, int ld_x, int mr, int kc, uint16_t *
                                               : (__mmask16)((1u << (left - 16)) - 1);
             const __m512 a = _mm512_maskz_loadu_ps(lo, xr + i),
                          b = _mm512_maskz_loadu_ps(hi, xr + i + 16);
-            _mm512_store_si512((__m512i *)(o + i), (__m512i)_mm512_cvtne2ps_pbh(b, a));
+            _mm512_storeu_si512((__m512i *)(o + i), (__m512i)_mm512_cvtne2ps_pbh(b, a));
         }
     }
 }
 
 /* ---- the 8 x 32 tile ---------------------------------------------------------------------- */
 
-/* y[r][0..nr) (+)= Σ_kp xb[r] pair kp · panel[kp] for r < R (a constant at each call site). */
+/* y[r][0..nr) (+)= Σ_kp xb[r] pair kp · panel[kp] for r < R (a constant at each call site);
+ * rows of xb ld_xb apart. */
 static inline __attribute__((always_inline)) BF16 void tile(const int R, int kp_n,
-                                                            const uint16_t *xb, const uint32_t *b,
-                                                            float *y, int ld_y, int nr, bool acc)
+                                                            const uint16_t *xb, int ld_xb,
+                                                            const uint32_t *b, float *y, int ld_y,
+                                                            int nr, bool acc)
 {
     __m512 c0[MR], c1[MR];
 #pragma GCC unroll 8
@@ -155,7 +163,7 @@ static inline __attribute__((always_inline)) BF16 void tile(const int R, int kp_
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             uint32_t p;
-            memcpy(&p, xb + (size_t)r * KC + 2 * kp, 4);
+            memcpy(&p, xb + (size_t)r * ld_xb + 2 * kp, 4);
             const __m512bh a = (__m512bh)_mm512_set1_epi32((int)p);
             c0[r] = _mm512_dpbf16_ps(c0[r], a, b0);
             c1[r] = _mm512_dpbf16_ps(c1[r], a, b1);
@@ -177,23 +185,25 @@ static inline __attribute__((always_inline)) BF16 void tile(const int R, int kp_
     }
 }
 
-static BF16 void tile_mr(int mr, int kp_n, const uint16_t *xb, const uint32_t *b, float *y,
-                         int ld_y, int nr, bool acc)
+static BF16 void tile_mr(int mr, int kp_n, const uint16_t *xb, int ld_xb, const uint32_t *b,
+                         float *y, int ld_y, int nr, bool acc)
 {
     switch (mr) {
-    case 8: tile(8, kp_n, xb, b, y, ld_y, nr, acc); break;
-    case 7: tile(7, kp_n, xb, b, y, ld_y, nr, acc); break;
-    case 6: tile(6, kp_n, xb, b, y, ld_y, nr, acc); break;
-    case 5: tile(5, kp_n, xb, b, y, ld_y, nr, acc); break;
-    case 4: tile(4, kp_n, xb, b, y, ld_y, nr, acc); break;
-    case 3: tile(3, kp_n, xb, b, y, ld_y, nr, acc); break;
-    case 2: tile(2, kp_n, xb, b, y, ld_y, nr, acc); break;
-    default: tile(1, kp_n, xb, b, y, ld_y, nr, acc); break;
+    case 8: tile(8, kp_n, xb, ld_xb, b, y, ld_y, nr, acc); break;
+    case 7: tile(7, kp_n, xb, ld_xb, b, y, ld_y, nr, acc); break;
+    case 6: tile(6, kp_n, xb, ld_xb, b, y, ld_y, nr, acc); break;
+    case 5: tile(5, kp_n, xb, ld_xb, b, y, ld_y, nr, acc); break;
+    case 4: tile(4, kp_n, xb, ld_xb, b, y, ld_y, nr, acc); break;
+    case 3: tile(3, kp_n, xb, ld_xb, b, y, ld_y, nr, acc); break;
+    case 2: tile(2, kp_n, xb, ld_xb, b, y, ld_y, nr, acc); break;
+    default: tile(1, kp_n, xb, ld_xb, b, y, ld_y, nr, acc); break;
     }
 }
 
-bool gemm_bf16(int wtype, int M, int N, int K, const float *x, int ld_x, const void *w,
-               size_t w_row_bytes, float beta, float *y, int ld_y)
+/* The product, the activations either as floats (x, rounded here block by block into the
+ * buffer after the panels) or rounded before (xr, rows ld_xr apart: gemm_bf16_round). */
+static bool product(int wtype, int M, int N, int K, const float *x, int ld_x, const uint16_t *xr,
+                    int ld_xr, const void *w, size_t w_row_bytes, float beta, float *y, int ld_y)
 {
     if (!gemm_bf16_supported() || (wtype != WT_F32 && wtype != WT_F16 && wtype != WT_BF16))
         return false;
@@ -213,18 +223,38 @@ bool gemm_bf16(int wtype, int M, int N, int K, const float *x, int ld_x, const v
                            nc - jr < NR ? nc - jr : NR, pc, kc, K, buf + (size_t)jr * KC / 2);
             for (int ic = 0; ic < M; ic += MC) {
                 const int mc = M - ic < MC ? M - ic : MC;
-                round_rows(x + (size_t)ic * ld_x + pc, ld_x, mc, kc, xb);
+                const uint16_t *a = xr ? xr + (size_t)ic * ld_xr + pc : xb;
+                const int ld_a = xr ? ld_xr : KC;
+                if (!xr) round_rows(x + (size_t)ic * ld_x + pc, ld_x, mc, kc, xb, KC);
                 for (int jr = 0; jr < nc; jr += NR) {
                     const int nr = nc - jr < NR ? nc - jr : NR;
                     const uint32_t *b = buf + (size_t)jr * KC / 2;
                     for (int ir = 0; ir < mc; ir += MR)
-                        tile_mr(mc - ir < MR ? mc - ir : MR, kp_n, xb + (size_t)ir * KC, b,
+                        tile_mr(mc - ir < MR ? mc - ir : MR, kp_n, a + (size_t)ir * ld_a, ld_a, b,
                                 y + (size_t)(ic + ir) * ld_y + jc + jr, ld_y, nr, acc);
                 }
             }
         }
     }
     return true;
+}
+
+bool gemm_bf16(int wtype, int M, int N, int K, const float *x, int ld_x, const void *w,
+               size_t w_row_bytes, float beta, float *y, int ld_y)
+{
+    return product(wtype, M, N, K, x, ld_x, NULL, 0, w, w_row_bytes, beta, y, ld_y);
+}
+
+void gemm_bf16_round(int M, int K, const float *x, int ld_x, uint16_t *xr)
+{
+    if (gemm_bf16_supported()) round_rows(x, ld_x, M, K, xr, gemm_bf16_round_ld(K));
+}
+
+bool gemm_bf16_rounded(int wtype, int M, int N, int K, const uint16_t *xr, const void *w,
+                       size_t w_row_bytes, float beta, float *y, int ld_y)
+{
+    return product(wtype, M, N, K, NULL, 0, xr, gemm_bf16_round_ld(K), w, w_row_bytes, beta, y,
+                   ld_y);
 }
 
 #else /* not x86-64: the float paths take every prefill product */
@@ -242,7 +272,27 @@ bool gemm_bf16(int wtype, int M, int N, int K, const float *x, int ld_x, const v
     return false;
 }
 
+void gemm_bf16_round(int M, int K, const float *x, int ld_x, uint16_t *xr)
+{
+    (void)M, (void)K, (void)x, (void)ld_x, (void)xr;
+}
+
+bool gemm_bf16_rounded(int wtype, int M, int N, int K, const uint16_t *xr, const void *w,
+                       size_t w_row_bytes, float beta, float *y, int ld_y)
+{
+    (void)wtype, (void)M, (void)N, (void)K, (void)xr, (void)w, (void)w_row_bytes;
+    (void)beta, (void)y, (void)ld_y;
+    return false;
+}
+
 #endif
+
+int gemm_bf16_round_ld(int K)
+{
+    /* whole 32-element stores, and one cache line more: rows 4 KiB apart (K = 2048) would
+     * put a block's rows in the same L1 sets */
+    return (K + 31) / 32 * 32 + 32;
+}
 
 bool gemm_bf16_prefer(int wtype)
 {

@@ -49,4 +49,18 @@ bool gemm_bf16_prefer(int wtype);
 bool gemm_bf16(int wtype, int M, int N, int K, const float *x, int ld_x, const void *w,
                size_t w_row_bytes, float beta, float *y, int ld_y);
 
+/*
+ * The same product with the activations rounded before, once for every caller that splits N:
+ * gemm_bf16_round writes M rows of K activations as bf16 (the rounding above, zeros past K),
+ * rows gemm_bf16_round_ld(K) elements apart (2 bytes each; 64-byte alignment of xr is not
+ * needed); gemm_bf16_rounded multiplies them and gives the bits gemm_bf16 gives for the rows
+ * they were rounded from. Rows may be rounded in parts (by several threads: rows m0.. at
+ * xr + m0 * gemm_bf16_round_ld(K)). gemm_bf16_round does nothing and gemm_bf16_rounded returns
+ * false, having written nothing, where gemm_bf16 would.
+ */
+int gemm_bf16_round_ld(int K);
+void gemm_bf16_round(int M, int K, const float *x, int ld_x, uint16_t *xr);
+bool gemm_bf16_rounded(int wtype, int M, int N, int K, const uint16_t *xr, const void *w,
+                       size_t w_row_bytes, float beta, float *y, int ld_y);
+
 #endif
