@@ -551,6 +551,11 @@ typedef struct eng_phase_stats {
     uint64_t wake_latency_ns; /* measured region start → sleeping helper running (not reset) */
     uint64_t straggler_waits; /* regions whose caller, its own tasks done, waited for a helper's */
     uint64_t straggler_ns; /* ... the time it waited (a helper descheduled mid-task shows here) */
+    /* where a step's time on the pool goes: the caller's time from the start of each
+     * parallel region to the end of its last task (the rest of a step the caller works
+     * alone), its own time in tasks within them, and the helpers' time in tasks (summed);
+     * a region's time not in the caller's tasks is waiting or claiming */
+    uint64_t region_ns, caller_task_ns, helper_task_ns;
 } eng_phase_stats;
 /* Fills *out (and zeroes the counters when reset). -ENOTSUP when the backend keeps none
  * (only the CPU backend does). */

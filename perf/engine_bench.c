@@ -526,6 +526,12 @@ int main(int argc, char **argv)
         php.proj_ns += tmp.proj_ns;
         php.attn_ns += tmp.attn_ns;
         php.other_ns += tmp.other_ns;
+        php.regions += tmp.regions;
+        php.region_ns += tmp.region_ns;
+        php.caller_task_ns += tmp.caller_task_ns;
+        php.helper_task_ns += tmp.helper_task_ns;
+        php.straggler_waits += tmp.straggler_waits;
+        php.straggler_ns += tmp.straggler_ns;
         t0 = now_s();
         for (int k = 0; k < decode_steps && have_naive; k++)
             naive_forward(&n, (k * 31) % cfg->vocab_size, ctx0 + k);
@@ -576,6 +582,11 @@ int main(int argc, char **argv)
         eng_phase_stats_get(b.e, &tmp, false);
         printf(",\"spin_budget_us\":%.1f,\"wake_latency_us\":%.1f", tmp.spin_budget_ns * 1e-3,
                tmp.wake_latency_ns * 1e-3);
+        /* a prefill step on the pool (prefill_pool_line says what each is) */
+        printf(",\"prefill\":{\"regions_per_step\":%.1f,\"alone_ms\":%.3f,\"region_ms\":%.3f,"
+               "\"caller_task_ms\":%.3f,\"helper_task_ms\":%.3f,\"straggler_ms\":%.3f}",
+               php.regions * msp * 1e6, (totp - (double)php.region_ns) * msp, php.region_ns * msp,
+               php.caller_task_ns * msp, php.helper_task_ns * msp, php.straggler_ns * msp);
         printf("},\"prefill_tok_s\":%.1f,"
                "\"phase_ms_per_step\":{\"decode%d\":{\"projections\":%.3f,\"attention\":%.3f,"
                "\"other\":%.3f},\"prefill\":{\"projections\":%.3f,\"attention\":%.3f,"
@@ -617,6 +628,13 @@ int main(int argc, char **argv)
                max_seqs, phd.proj_ns * msd, phd.attn_ns * msd, phd.other_ns * msd);
         printf("  step split prefill:   projections %.2f ms, attention %.2f ms, other %.2f ms\n",
                php.proj_ns * msp, php.attn_ns * msp, php.other_ns * msp);
+        if (threads > 1)
+            printf("  prefill on the pool:  %.0f regions; caller alone %.2f ms, in regions %.2f "
+                   "ms (its tasks %.2f ms, the helpers' %.2f ms, waiting for a helper's %.2f "
+                   "ms)\n",
+                   php.regions * msp * 1e6, (totp - (double)php.region_ns) * msp,
+                   php.region_ns * msp, php.caller_task_ns * msp, php.helper_task_ns * msp,
+                   php.straggler_ns * msp);
         if (have_naive)
             printf("  baseline (naive 1-row 1-thread forward): %.1f tok/s; engine batch-1 = "
                    "%.2fx\n",

@@ -112,3 +112,41 @@ Test(kernels_pool, spin_budget_sleeps_soon_when_the_engine_is_idle)
     cr_assert_lt(b2, 20000000 / 2, "budget %lu ns spins through 20 ms gaps", (unsigned long)b2);
     cr_assert_geq(b2, 2048, "budget %lu ns sleeps between a step's regions", (unsigned long)b2);
 }
+
+/*
+ * Where a region's time goes (pool_stats): the tasks' time on the caller and on the helpers
+ * adds up to at least the work they did, and the caller's time in regions to at least its
+ * share of it. Each task works (spins on the clock) 200 µs.
+ */
+#define TASK_WORK_NS 200000
+
+static void work_task(void *ctx, int task, int worker)
+{
+    (void)ctx, (void)task, (void)worker;
+    const uint64_t t0 = pool_now_ns();
+    while (pool_now_ns() - t0 < TASK_WORK_NS) {}
+}
+
+Test(kernels_pool, region_and_task_times_account_for_the_work)
+{
+    enum { REGIONS = 50, TASKS = 4 };
+    pool p;
+    cr_assert_eq(pool_start(&p, 2, -1), 0);
+    for (int r = 0; r < REGIONS; r++) pool_run(&p, TASKS, work_task, NULL);
+    pool_stats st;
+    pool_stats_get(&p, &st, true);
+    const uint64_t work = (uint64_t)REGIONS * TASKS * TASK_WORK_NS;
+    cr_assert_geq(st.caller_task_ns + st.helper_task_ns, work,
+                  "tasks: caller %lu ns + helpers %lu ns, the work %lu ns",
+                  (unsigned long)st.caller_task_ns, (unsigned long)st.helper_task_ns,
+                  (unsigned long)work);
+    cr_assert_geq(st.region_ns, st.caller_task_ns, "regions %lu ns, the caller's tasks %lu ns",
+                  (unsigned long)st.region_ns, (unsigned long)st.caller_task_ns);
+    cr_assert_geq(st.region_ns, work / 2, "regions %lu ns: less than half the work %lu ns",
+                  (unsigned long)st.region_ns, (unsigned long)work);
+    pool_stats_get(&p, &st, false);
+    cr_assert(st.region_ns == 0 && st.caller_task_ns == 0 && st.helper_task_ns == 0,
+              "reset: %lu %lu %lu", (unsigned long)st.region_ns, (unsigned long)st.caller_task_ns,
+              (unsigned long)st.helper_task_ns);
+    pool_stop(&p);
+}

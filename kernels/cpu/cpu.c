@@ -954,6 +954,9 @@ int eng_cpu_phase_stats(void *priv, eng_phase_stats *out, bool reset)
         out->wake_latency_ns = ps.wake_latency_ns;
         out->straggler_waits = ps.straggler_waits;
         out->straggler_ns = ps.straggler_ns;
+        out->region_ns = ps.region_ns;
+        out->caller_task_ns = ps.caller_task_ns;
+        out->helper_task_ns = ps.helper_task_ns;
     }
     if (reset) memset(&c->stats, 0, sizeof c->stats);
     return 0;

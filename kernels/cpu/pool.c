@@ -218,18 +218,24 @@ static inline void cpu_relax(void)
  * spinning), on an oversubscribed one it lets a runnable thread — often this engine's
  * caller — have the CPU the spin would burn. */
 
-/* Claims and runs tasks of region gen until none is left unclaimed. */
-static void run_tasks(pool *p, uint32_t gen, int worker)
+/* Claims and runs tasks of region gen until none is left unclaimed; returns the time spent
+ * running them. */
+static uint64_t run_tasks(pool *p, uint32_t gen, int worker)
 {
-    uint64_t c = atomic_load_explicit(&p->claim, memory_order_acquire);
+    uint64_t c = atomic_load_explicit(&p->claim, memory_order_acquire), busy_ns = 0;
     for (;;) {
         const uint32_t left = (uint32_t)c;
-        if ((uint32_t)(c >> 32) != gen || left == 0) return;
+        if ((uint32_t)(c >> 32) != gen || left == 0) return busy_ns;
         if (!atomic_compare_exchange_weak_explicit(&p->claim, &c, c - 1, memory_order_acquire,
                                                    memory_order_acquire))
             continue; /* c now holds the word's current value */
         /* claimed: the region is still open, so these are its own (see above) */
+        const uint64_t t0 = pool_now_ns();
         p->fn(p->ctx, p->n_tasks - (int)left, worker);
+        const uint64_t task_ns = pool_now_ns() - t0;
+        busy_ns += task_ns;
+        /* a helper's before its done count: the caller's read after the region sees it */
+        if (worker) atomic_fetch_add_explicit(&p->helper_task_ns, task_ns, memory_order_relaxed);
         atomic_fetch_add_explicit(&p->done, 1, memory_order_seq_cst);
         if (wake_if_asleep(&p->done, &p->caller_asleep))
             atomic_fetch_add_explicit(&p->wake_calls, 1, memory_order_relaxed);
@@ -284,23 +290,27 @@ void pool_run(pool *p, int n_tasks, pool_task_fn fn, void *ctx)
         for (int t = 0; t < n_tasks; t++) fn(ctx, t, 0);
         return;
     }
+    const uint64_t region0 = pool_now_ns();
     const uint32_t gen = atomic_load_explicit(&p->generation, memory_order_relaxed) + 1;
     p->fn = fn;
     p->ctx = ctx;
     p->n_tasks = n_tasks;
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->region_ns, pool_now_ns(), memory_order_relaxed);
+    atomic_store_explicit(&p->region_ns, region0, memory_order_relaxed);
     /* publishes the fields above to whoever claims (release) */
     atomic_store_explicit(&p->claim, (uint64_t)gen << 32 | (uint32_t)n_tasks, memory_order_release);
     atomic_store_explicit(&p->generation, gen, memory_order_seq_cst);
     atomic_fetch_add_explicit(&p->regions, 1, memory_order_relaxed);
     if (wake_if_asleep(&p->generation, &p->helpers_asleep))
         atomic_fetch_add_explicit(&p->wake_calls, 1, memory_order_relaxed);
-    run_tasks(p, gen, 0);
+    p->caller_task_ns += run_tasks(p, gen, 0);
     /* Every task is claimed; the ones helpers run end within microseconds unless a helper
      * was descheduled mid-task: spin for twice what waking a sleeper measured (the
      * ski-rental bound), then sleep. */
-    if (atomic_load_explicit(&p->done, memory_order_acquire) == (uint32_t)n_tasks) return;
+    if (atomic_load_explicit(&p->done, memory_order_acquire) == (uint32_t)n_tasks) {
+        p->region_ns_sum += pool_now_ns() - region0;
+        return;
+    }
     const uint64_t budget = 2 * atomic_load_explicit(&p->wake_ns, memory_order_relaxed);
     const uint64_t t0 = pool_now_ns();
     uint32_t d;
@@ -311,8 +321,10 @@ void pool_run(pool *p, int n_tasks, pool_task_fn fn, void *ctx)
         else
             sleep_unless_changed(&p->done, d, &p->caller_asleep);
     }
+    const uint64_t end = pool_now_ns();
     p->straggler_waits++;
-    p->straggler_ns += pool_now_ns() - t0;
+    p->straggler_ns += end - t0;
+    p->region_ns_sum += end - region0;
 }
 
 int pool_start(pool *p, int n_workers, int numa_node)
@@ -364,6 +376,9 @@ void pool_stats_get(pool *p, pool_stats *out, bool reset)
         out->wake_latency_ns = atomic_load_explicit(&p->wake_ns, memory_order_relaxed);
         out->straggler_waits = p->straggler_waits;
         out->straggler_ns = p->straggler_ns;
+        out->region_ns = p->region_ns_sum;
+        out->caller_task_ns = p->caller_task_ns;
+        out->helper_task_ns = atomic_load_explicit(&p->helper_task_ns, memory_order_relaxed);
     }
     if (reset) {
         atomic_store_explicit(&p->regions, 0, memory_order_relaxed);
@@ -371,5 +386,7 @@ void pool_stats_get(pool *p, pool_stats *out, bool reset)
         atomic_store_explicit(&p->waits, 0, memory_order_relaxed);
         atomic_store_explicit(&p->sleeps, 0, memory_order_relaxed);
         p->straggler_waits = p->straggler_ns = 0;
+        p->region_ns_sum = p->caller_task_ns = 0;
+        atomic_store_explicit(&p->helper_task_ns, 0, memory_order_relaxed);
     }
 }

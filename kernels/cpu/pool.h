@@ -40,6 +40,8 @@ typedef struct pool {
     _Alignas(64) _Atomic uint64_t regions, wake_calls, waits, sleeps;
     _Atomic uint64_t budget_ns, wake_ns;    /* the helpers' latest choice and measure */
     uint64_t straggler_waits, straggler_ns; /* the caller's only (see pool_stats) */
+    uint64_t region_ns_sum, caller_task_ns; /* the caller's only */
+    _Atomic uint64_t helper_task_ns;
 } pool;
 
 /* The pool's counters (see eng_phase_stats for their meaning). */
@@ -50,6 +52,10 @@ typedef struct pool_stats {
      * helper was running, and the time it waited: what a helper descheduled mid-task (or
      * a slower helper) cost the engine's critical path. */
     uint64_t straggler_waits, straggler_ns;
+    /* The caller's time inside parallel regions (from their start to their last task's
+     * end), its time running tasks in them, and the helpers' time running tasks (summed):
+     * what a second worker adds and where the rest of a region goes. */
+    uint64_t region_ns, caller_task_ns, helper_task_ns;
 } pool_stats;
 
 /* Starts n_workers - 1 helper threads (none when n_workers is 1), pinned to numa_node's
