@@ -221,9 +221,10 @@ static void round_task(void *ctx, int task, int worker)
 static const uint16_t *round_rows_once(cpu *c, int slot, const float *x, int rows, int k)
 {
     const size_t need = (size_t)rows * (size_t)gemm_bf16_round_ld(k) * sizeof(uint16_t);
-    if (c->xr_cap[slot] < need) {
-        void *p = realloc(c->xr_mem[slot], need);
+    if (c->xr_cap[slot] < need) { /* on a cache line, as falloc's */
+        void *p = aligned_alloc(64, (need + 63) & ~(size_t)63);
         if (!p) return NULL;
+        free(c->xr_mem[slot]);
         c->xr_mem[slot] = p;
         c->xr_cap[slot] = need;
     }
@@ -743,10 +744,14 @@ static void rope_table(cpu *c, float theta, float scale, float *cos_t, float *si
     }
 }
 
+/* Scratch of n floats on a cache line: malloc's large blocks start 16 bytes into a page, so
+ * every 64-byte load and store of a row there spanned two lines, and where workers split a
+ * product's columns the line at each boundary was written by both. */
 static float *falloc(cpu *c, size_t n)
 {
     c->scratch_bytes += n * sizeof(float);
-    return malloc((n ? n : 1) * sizeof(float));
+    const size_t bytes = ((n ? n : 1) * sizeof(float) + 63) & ~(size_t)63;
+    return aligned_alloc(64, bytes);
 }
 
 static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void **privp)
