@@ -378,10 +378,15 @@ static void attend_block(const cpu *c, const struct tile *tl, int kvh, int qi0, 
 #define ATT_ROW_SCRATCH_FLOATS (64 * 1024)
 
 /* KV heads a decode item takes: all of a row's where there are rows enough to share among
- * the workers (4 items a worker), else fewer, so that one or two rows still spread. */
+ * the workers (4 items a worker), else fewer, so that a few rows still spread. A row alone
+ * (one sequence generating) is split into one item a worker: in smaller items each worker
+ * read K/V in shorter runs (2 heads = 512 bytes a position, kv_dim floats apart) and claimed
+ * more tasks, and the row's attention took 0.31 against 0.27 ms a token (stories110M Q4_0,
+ * 2 threads, results/2026-12-07-batch1-overheads-zen4-s13.md). */
 static int att_row_heads(const cpu *c)
 {
-    const int n_kv = c->c.n_kv_heads, want = 4 * c->workers.n_workers;
+    const int nw = c->workers.n_workers, n_kv = c->c.n_kv_heads;
+    const int want = c->n_tiles == 1 ? nw : 4 * nw;
     const int ranges = c->n_tiles >= want ? 1 : (want + c->n_tiles - 1) / c->n_tiles;
     return ranges >= n_kv ? 1 : (n_kv + ranges - 1) / ranges;
 }
@@ -449,5 +454,10 @@ void cpu_attention(cpu *c)
     const int max_tasks = c->workers.n_workers * ATT_TASKS_PER_WORKER;
     c->att_items = c->n_tiles * c->c.n_kv_heads;
     c->att_tasks = c->att_items < max_tasks ? c->att_items : max_tasks;
+    if (c->n_tiles == 1 && c->tiles[0].row1 - c->tiles[0].row0 == 1) {
+        /* a row alone: a task for each item that works (the others would be empty claims) */
+        const int per_item = att_row_heads(c);
+        c->att_tasks = (c->c.n_kv_heads + per_item - 1) / per_item;
+    }
     pool_run(&c->workers, c->att_tasks, attention_task, c);
 }

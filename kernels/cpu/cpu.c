@@ -235,13 +235,18 @@ static const uint16_t *round_rows_once(cpu *c, int slot, const float *x, int row
 }
 
 /* Runs the jobs as one parallel region. Chunks: a few per worker so a descheduled worker
- * (the cores are shared) does not hold everyone up, but each big enough for BLAS. */
+ * (the cores are shared) does not hold everyone up, but each big enough for BLAS; one a
+ * worker for a batch of one row, whose products are so short (stories110M Q4_0: 330 KB of
+ * Wo, 15 us on two threads) that each chunk's start — its claim crossing between the
+ * vCPUs, its weight stream starting cold — cost more than an uneven end: one row decoded
+ * 1.10x faster (results/2026-12-07-batch1-overheads-zen4-s13.md), while at 4 and 16 rows
+ * F16 lost 5-6% with it. */
 static void matmul_jobs(cpu *c, mm_job *jobs, int n_jobs, int rows)
 {
     int nw = c->workers.n_workers;
     int total = 0;
     for (int i = 0; i < n_jobs; i++) {
-        int want = nw == 1 ? 1 : nw * 2;
+        int want = nw == 1 || rows == 1 ? nw : nw * 2;
         int chunk = (jobs[i].n + want - 1) / want;
         chunk = (chunk + 7) & ~7; /* multiples of 8 keep equal shares (288 = 4 x 72) */
         if (chunk < 32) chunk = 32;
