@@ -29,8 +29,9 @@ int eng_bb_init(eng_batch_builder *b, int max_tokens, int max_seqs, int bt_strid
     b->block_table = calloc(S * (size_t)bt_stride, sizeof(int32_t));
     b->logits_rows = calloc(T, sizeof(int32_t)); /* a prompt's log-probabilities: every row */
     b->rings = calloc(S, sizeof(int32_t));
+    b->prompt_len = calloc(S, sizeof(int32_t));
     if (!b->tokens || !b->positions || !b->slots || !b->query_start || !b->seq_len ||
-        !b->block_table || !b->logits_rows || !b->rings) {
+        !b->block_table || !b->logits_rows || !b->rings || !b->prompt_len) {
         eng_bb_free(b);
         return eng_seterr(-ENOMEM, "batch builder: out of memory for %d tokens, %d sequences",
                           max_tokens, max_seqs);
@@ -48,6 +49,7 @@ void eng_bb_free(eng_batch_builder *b)
     free(b->block_table);
     free(b->logits_rows);
     free(b->rings);
+    free(b->prompt_len);
     memset(b, 0, sizeof *b);
 }
 
@@ -85,6 +87,7 @@ int eng_bb_add_logits(eng_batch_builder *b, const int32_t *seq_tokens, uint32_t 
     }
     b->seq_len[S] = (int32_t)(start_pos + n_rows);
     b->rings[S] = -1;
+    b->prompt_len[S] = 0;
     int32_t *row = b->block_table + (size_t)S * (size_t)b->bt_stride;
     memcpy(row, blocks, sizeof(int32_t) * n_blocks);
     memset(row + n_blocks, 0, sizeof(int32_t) * ((size_t)b->bt_stride - n_blocks));
@@ -113,6 +116,15 @@ int eng_bb_set_ring(eng_batch_builder *b, int32_t ring)
     return 0;
 }
 
+int eng_bb_set_prompt(eng_batch_builder *b, uint32_t n_prompt)
+{
+    if (b->n_seqs < 1 || n_prompt > INT32_MAX)
+        return eng_seterr(-EINVAL, "batch builder: prompt of %u for sequence %d", n_prompt,
+                          b->n_seqs - 1);
+    b->prompt_len[b->n_seqs - 1] = (int32_t)n_prompt;
+    return 0;
+}
+
 const eng_batch *eng_bb_batch(eng_batch_builder *b)
 {
     b->query_start[b->n_seqs] = b->n_tokens;
@@ -127,6 +139,7 @@ const eng_batch *eng_bb_batch(eng_batch_builder *b)
                            .block_table_stride = b->bt_stride,
                            .n_logits = b->n_logits,
                            .logits_rows = b->logits_rows,
-                           .ring = b->rings};
+                           .ring = b->rings,
+                           .prompt_len = b->prompt_len};
     return &b->batch;
 }

@@ -28,7 +28,8 @@ typedef struct eng_batch_builder {
     int max_tokens, max_seqs, bt_stride, block_size;
     int n_tokens, n_seqs, n_logits;
     int32_t *tokens, *positions, *query_start, *seq_len, *block_table, *logits_rows;
-    int32_t *rings; /* [max_seqs]: each sequence's window ring (-1 until eng_bb_set_ring) */
+    int32_t *rings;      /* [max_seqs]: each sequence's window ring (-1 until eng_bb_set_ring) */
+    int32_t *prompt_len; /* [max_seqs]: each sequence's prompt length (0 until eng_bb_set_prompt) */
     int64_t *slots;
     eng_batch batch;
 } eng_batch_builder;
@@ -62,6 +63,10 @@ int eng_bb_repeat_logits(eng_batch_builder *b, uint32_t n);
 /* The window ring (eng_options.kv_rings) of the sequence added last. -EINVAL when none was
  * added or ring < 0. */
 int eng_bb_set_ring(eng_batch_builder *b, int32_t ring);
+/* The prompt length of the sequence added last (eng_batch.prompt_len): its rows at positions
+ * below n_prompt are prompt rows. A sequence whose prompt is not set has none (every row
+ * exact float32). -EINVAL when none was added. */
+int eng_bb_set_prompt(eng_batch_builder *b, uint32_t n_prompt);
 /* The batch built so far (query_start closed). Valid until the next reset or add. */
 const eng_batch *eng_bb_batch(eng_batch_builder *b);
 

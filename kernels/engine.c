@@ -379,6 +379,9 @@ int eng_batch_check(eng *e, const eng_batch *b)
                               "batch seq_len[%d]=%d: must be %d..%d (its rows .. model "
                               "seq_len)",
                               s, len, q1 - q0, c->seq_len);
+        if (b->prompt_len && b->prompt_len[s] < 0)
+            return eng_seterr(-EINVAL, "batch prompt_len[%d]=%d: must be >= 0", s,
+                              b->prompt_len[s]);
         int blocks = (len + bs - 1) / bs;
         if (blocks > need_stride) need_stride = blocks;
     }

@@ -296,6 +296,12 @@ typedef struct eng_options {
     int kv_rings;
     int kv_ring_rows; /* the most rows one sequence brings to a batch (0: max_batch_tokens);
                          a ring spans window + that many positions */
+    /* The CPU backend, F32 and F16 weights: by default a batch's prompt rows (eng_batch
+     * prompt_len) are multiplied in AVX-512 BF16 tiles where the CPU has them (weights and
+     * activations rounded to bf16: kernels/cpu/gemm_bf16.h states the bound), generated rows
+     * in exact float32. true: every row in exact float32, as RINGLM_PREFILL_GEMM=own or
+     * =blas in the environment does (the reference tests' mode). */
+    bool prompt_exact;
 } eng_options;
 
 /* Creates an engine over a model (the model must outlive it). Errors: -EINVAL (bad
@@ -403,6 +409,14 @@ typedef struct eng_batch {
      * the same; the windowed layers' K/V of position p go to ring block (p / block_size) mod
      * eng_kv_ring_blocks(). Ignored (may be NULL) without rings. */
     const int32_t *ring;
+    /* [S] or NULL: each sequence's prompt length. Its rows at positions below it are prompt
+     * rows (a recomputed sequence's generated tokens are not), which the CPU backend
+     * multiplies by F32 and F16 weights in BF16 tiles (eng_options.prompt_exact); every
+     * other row, and every row where this is NULL, in exact float32. A row's path depends
+     * on what its token is, never on its batch, so a row gives the same bits alone or in any
+     * batch and a prompt the same K/V in one chunk or many. The CUDA backend ignores it (its
+     * products are bf16 for every row). */
+    const int32_t *prompt_len;
 } eng_batch;
 
 /* Validates a batch against the engine (sizes, positions, slots, block tables, token ids,

@@ -100,19 +100,22 @@ typedef struct bench {
     eng *e;
     const eng_model_config *cfg;
     int block_size, blocks_per_seq;
-    int32_t *tokens, *positions, *query_start, *seq_len, *table, *logits_rows;
+    int32_t *tokens, *positions, *query_start, *seq_len, *table, *logits_rows, *prompt_len;
     int64_t *slots;
     float *logits;
 } bench;
 
-/* One step: n_seqs sequences, each adding `rows` rows after `ctx` tokens of context;
- * logits for each sequence's last row. Sequence s owns blocks [s*bps, (s+1)*bps). */
+/* One step: n_seqs sequences, each adding `rows` rows after `ctx` tokens of context, as the
+ * daemon sends them: a prefill (ctx 0: the context, the prefill) is a prompt's rows, a decode
+ * step's are generated rows (eng_batch.prompt_len); logits for each sequence's last row.
+ * Sequence s owns blocks [s*bps, (s+1)*bps). */
 static int step(bench *b, int n_seqs, int rows, int ctx, int want_logits)
 {
     int T = 0;
     for (int s = 0; s < n_seqs; s++) {
         b->query_start[s] = T;
         b->seq_len[s] = ctx + rows;
+        b->prompt_len[s] = ctx == 0 ? rows : 0;
         for (int i = 0; i < rows; i++, T++) {
             int pos = ctx + i;
             b->tokens[T] = (int32_t)((s * 7919 + pos * 104729) % b->cfg->vocab_size);
@@ -136,6 +139,7 @@ static int step(bench *b, int n_seqs, int rows, int ctx, int want_logits)
         .block_table_stride = b->blocks_per_seq,
         .n_logits = want_logits ? n_seqs : 0,
         .logits_rows = b->logits_rows,
+        .prompt_len = b->prompt_len,
     };
     int err = eng_execute(b->e, &batch, b->logits);
     if (err) fprintf(stderr, "engine_bench: execute: %s\n", eng_errmsg());
@@ -168,7 +172,8 @@ static int step_sample(bench *b, int n_seqs, int ctx, const eng_sampling *samp, 
                        .block_table = b->table,
                        .block_table_stride = b->blocks_per_seq,
                        .n_logits = n_seqs,
-                       .logits_rows = b->logits_rows};
+                       .logits_rows = b->logits_rows,
+                       .prompt_len = b->prompt_len};
     int err = eng_execute_sample(b->e, &batch, samp, rng, out, NULL);
     if (err) fprintf(stderr, "engine_bench: execute_sample: %s\n", eng_errmsg());
     for (int s = 0; !err && s < n_seqs; s++) eng_lp_note_output(samp[s].proc, out[s]);
@@ -460,6 +465,7 @@ int main(int argc, char **argv)
     b.slots = malloc(sizeof(int64_t) * (size_t)max_rows);
     b.query_start = malloc(sizeof(int32_t) * (max_seqs + 1));
     b.seq_len = malloc(sizeof(int32_t) * max_seqs);
+    b.prompt_len = calloc((size_t)max_seqs, sizeof(int32_t));
     b.logits_rows = malloc(sizeof(int32_t) * max_seqs);
     b.table = malloc(sizeof(int32_t) * (size_t)max_seqs * (size_t)b.blocks_per_seq);
     b.logits = malloc(sizeof(float) * (size_t)max_seqs * (size_t)cfg->vocab_size);
@@ -624,6 +630,9 @@ int main(int argc, char **argv)
         printf("  pool spin budget %.1f us, measured wake latency %.1f us\n",
                tmp.spin_budget_ns * 1e-3, tmp.wake_latency_ns * 1e-3);
         printf("  prefill %d rows: %9.1f tok/s\n", prefill_len, prefill_tok_s);
+        char paths[1024];
+        eng_describe_paths(b.e, paths, sizeof paths);
+        printf("  paths: %s\n", paths);
         printf("  step split decode-%d: projections %.2f ms, attention %.2f ms, other %.2f ms\n",
                max_seqs, phd.proj_ns * msd, phd.attn_ns * msd, phd.other_ns * msd);
         printf("  step split prefill:   projections %.2f ms, attention %.2f ms, other %.2f ms\n",

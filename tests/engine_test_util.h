@@ -32,6 +32,9 @@ typedef struct tseq {
     int n_tokens;
     int n_cached;                 /* positions whose K/V are in the pool */
     int32_t table[TS_MAX_BLOCKS]; /* logical block → physical block */
+    /* its prompt length as the daemon gives it (eng_batch.prompt_len): 0 after ts_seq_init,
+     * every row generated (exact float32 on the CPU backend) */
+    int n_prompt;
 } tseq;
 
 /* Path under $RINGLM_SHARED/models, or NULL (and the test skips) when absent. */
@@ -44,7 +47,9 @@ static inline const char *ts_model_file(char *buf, size_t len, const char *name)
     return buf;
 }
 
-static inline eng *ts_engine(const eng_model *m, int blocks, int block_size, int threads)
+/* A CPU engine; prompt_exact: prompt rows in exact float32 too (eng_options). */
+static inline eng *ts_engine_mode(const eng_model *m, int blocks, int block_size, int threads,
+                                  bool prompt_exact)
 {
     eng_options o = {.backend = "cpu",
                      .n_threads = threads,
@@ -52,11 +57,17 @@ static inline eng *ts_engine(const eng_model *m, int blocks, int block_size, int
                      .kv_blocks = blocks,
                      .kv_block_size = block_size,
                      .max_batch_tokens = 1024,
-                     .max_seqs = TS_MAX_SEQS};
+                     .max_seqs = TS_MAX_SEQS,
+                     .prompt_exact = prompt_exact};
     eng *e = NULL;
     int err = eng_create(m, &o, &e);
     cr_assert_eq(err, 0, "eng_create: %d %s", err, eng_errmsg());
     return e;
+}
+
+static inline eng *ts_engine(const eng_model *m, int blocks, int block_size, int threads)
+{
+    return ts_engine_mode(m, blocks, block_size, threads, false);
 }
 
 /* Table with blocks first, first+1, ... */
@@ -88,6 +99,7 @@ static inline int ts_step(eng *e, const eng_model_config *c, tseq **seqs, const 
         int err = eng_bb_add(&bb, s->tokens, (uint32_t)s->n_cached, (uint32_t)rows[i], s->table,
                              TS_MAX_BLOCKS, true);
         cr_assert_eq(err, 0, "sequence %d: %s", i, eng_errmsg());
+        cr_assert_eq(eng_bb_set_prompt(&bb, (uint32_t)s->n_prompt), 0, "%s", eng_errmsg());
     }
     (void)c;
     int err = eng_execute(e, eng_bb_batch(&bb), logits);

@@ -32,13 +32,13 @@ static inline int ints_of(json_t *arr, int32_t *out, int max)
     return n;
 }
 
-/* run.c's loop through the engine on m for every recorded case of root: the prompt prefilled
- * as one batch, then greedy decode one row per step, until the case's steps positions or BOS.
- * The tokens, and whether it stopped on BOS, equal what run.c recorded. */
-static inline void check_run_c_greedy_cases(eng_model *m, json_t *root)
+/* run.c's loop through engine e on m for every recorded case of root: the prompt prefilled
+ * as one batch (its rows marked as a prompt's where mark_prompt: the daemon's batches), then
+ * greedy decode one row per step, until the case's steps positions or BOS. The tokens, and
+ * whether it stopped on BOS, equal what run.c recorded. */
+static inline void check_run_c_greedy_cases_on(eng *e, eng_model *m, json_t *root, bool mark_prompt)
 {
     const eng_model_config *c = eng_model_cfg(m);
-    eng *e = ts_engine(m, 40, 16, 1);
     float *logits = malloc((size_t)c->vocab_size * sizeof *logits);
     json_t *cases = json_object_get(root, "cases");
     cr_assert_eq(json_array_size(cases), 12);
@@ -52,6 +52,7 @@ static inline void check_run_c_greedy_cases(eng_model *m, json_t *root)
         bool stop_bos = json_is_true(json_object_get(cs, "stopped_on_bos"));
         tseq s;
         ts_seq_init(&s, prompt, n_prompt, 0);
+        s.n_prompt = mark_prompt ? n_prompt : 0;
         tseq *one[1] = {&s};
         int rows = n_prompt, pos = n_prompt - 1, n_gen = 0;
         bool stopped = false;
@@ -79,6 +80,13 @@ static inline void check_run_c_greedy_cases(eng_model *m, json_t *root)
                      stop_bos);
     }
     free(logits);
+}
+
+/* check_run_c_greedy_cases_on an engine of its own, rows unmarked: exact float32. */
+static inline void check_run_c_greedy_cases(eng_model *m, json_t *root)
+{
+    eng *e = ts_engine(m, 40, 16, 1);
+    check_run_c_greedy_cases_on(e, m, root, false);
     eng_destroy(e);
 }
 

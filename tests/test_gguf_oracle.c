@@ -39,6 +39,8 @@ typedef struct job {
     int ctx;       /* llama.cpp's context size; 0: 256 */
     int steps;     /* greedy steps compared; 0: STEPS */
     const char *label;
+    bool prompt_rows; /* the prompt marked as ringlmd marks it (eng_batch.prompt_len); else
+                         every row exact float32 */
 } job;
 
 static void export_to(job *j, const char *spec, const char *tok, const char *type, const char *arch,
@@ -77,6 +79,7 @@ static void compare(const job *j, json_t *theirs)
     float *logits = malloc((size_t)c->vocab_size * sizeof *logits);
     tseq s;
     ts_seq_init(&s, j->prompt, j->n_prompt, 0);
+    s.n_prompt = j->prompt_rows ? j->n_prompt : 0;
     tseq *one[1] = {&s};
     const int steps = j->steps ? j->steps : STEPS;
     int n_theirs = (int)json_array_size(theirs), k = 0;
@@ -214,7 +217,7 @@ Test(gguf_oracle, synthetic_shapes_in_every_type_equal_llama_cpp, .init = mk_tmp
 /* quant-test exported in each of n types, compared on one prompt of len tokens (BOS, then a
  * fixed walk through the vocabulary) prefilled in one step, for `steps` (0: STEPS) steps;
  * near tie 5e-3, 1e-2 for the K types (see below). */
-static void run_long_prompt(const char *const *types, int n, int len, int steps)
+static void run_long_prompt(const char *const *types, int n, int len, int steps, bool prompt_rows)
 {
     job *jobs = calloc((size_t)n, sizeof *jobs);
     cr_assert_not_null(jobs);
@@ -230,6 +233,7 @@ static void run_long_prompt(const char *const *types, int n, int len, int steps)
         jobs[i].near_tie = types[i][0] == 'Q' && types[i][1] != '8' ? 1e-2 : 5e-3;
         jobs[i].steps = steps;
         jobs[i].label = types[i];
+        jobs[i].prompt_rows = prompt_rows;
     }
     run_jobs(jobs, n);
     free(jobs);
@@ -249,7 +253,7 @@ Test(gguf_oracle, long_prompts_prefilled_in_one_step_equal_llama_cpp, .init = mk
 {
     skip_without_node();
     static const char *const types[] = {"Q4_K", "Q4_K_M", "Q6_K", "Q8_0"};
-    run_long_prompt(types, 4, 48, 0);
+    run_long_prompt(types, 4, 48, 0, false);
 }
 
 /* A prompt of 150 tokens prefilled in one step: above gemm_small's rows, BF16 weights take
@@ -263,7 +267,19 @@ Test(gguf_oracle, long_float_prompts_prefilled_in_one_step_equal_llama_cpp, .ini
 {
     skip_without_node();
     static const char *const types[] = {"BF16", "F16", "F32"};
-    run_long_prompt(types, 3, 150, 256 - 150);
+    run_long_prompt(types, 3, 150, 256 - 150, false);
+}
+
+/* The same prompts marked as ringlmd marks them: F16 and F32 weights then multiply the prompt
+ * rows in the AVX-512 BF16 tiles where the CPU has them (weights and activations rounded to
+ * bf16; cpu.c mm_rows) and the generated rows in exact float32, and the greedy tokens still
+ * equal llama.cpp's (near tie 5e-3). */
+Test(gguf_oracle, long_float_prompts_in_bf16_prompt_rows_equal_llama_cpp, .init = mk_tmpdir,
+     .fini = rm_tmpdir, .timeout = 300)
+{
+    skip_without_node();
+    static const char *const types[] = {"F16", "F32"};
+    run_long_prompt(types, 2, 150, 256 - 150, true);
 }
 
 /* Qwen3: per-head RMSNorm of Q and K before NEOX RoPE, heads of attention.key_length (128

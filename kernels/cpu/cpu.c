@@ -21,7 +21,10 @@
  * which reads each weight row once for the whole batch and sums every output in the same
  * order whatever the batch (so a decode row's result does not depend on its batch-mates),
  * above that OpenBLAS SGEMM (whose packing of the weight pays off only when compute-bound).
- * OpenBLAS never starts threads of its own to compete with ours. Attention is split
+ * OpenBLAS never starts threads of its own to compete with ours. With F32 and F16 weights a
+ * batch's prompt rows go first (order_prompt_rows) and through AVX-512 BF16 tiles at any
+ * count (mm_rows, gemm_bf16.h), the generated rows after them as above: a row's path is
+ * what its token is, never its batch. Attention is split
  * by (decode row, KV head) and (tile of up to 32 prefill rows of one sequence, KV head).
  * The attention and SwiGLU loops use 8-float GCC vectors, cloned for AVX2/AVX-512.
  *
@@ -104,13 +107,25 @@ typedef struct mm_job {
     int n_chunks;
     const q_xq *xq;     /* x quantized once for quantized weights (matmul_jobs), or NULL */
     const uint16_t *xr; /* x rounded to bf16 once for gemm_bf16 (matmul_jobs), or NULL */
+    int xr_rows;        /* ... its first rows that are (the prompt rows, or all) */
 } mm_job;
 
 typedef struct mm_region {
     mm_job *jobs;
     int n_jobs;
-    int rows; /* T */
+    int rows;        /* T */
+    int prompt_rows; /* the first of them that are prompt rows (prompt_split) */
+    const cpu *c;
 } mm_region;
+
+/* Whether the first prompt_rows rows of a product with weights of type wtype go through the
+ * BF16 tiles apart from the others: F32 and F16 weights on an engine that takes prompt rows
+ * there (cpu.prompt_bf16). BF16 weights take those tiles above gemm_small's rows whatever
+ * the rows are, and quantized ones their integer paths. */
+static bool prompt_split(const cpu *c, int wtype)
+{
+    return c->prompt_bf16 && (wtype == ENG_W_F32 || wtype == ENG_W_F16);
+}
 
 /* Whether matmul_rows multiplies rows of x by weights of wtype in gemm_bf16's tiles. */
 static bool takes_bf16_tiles(int wtype, int rows)
@@ -128,8 +143,9 @@ static void matmul_rows(int rows, const float *x, const q_xq *xq, const uint16_t
      * rounded to bf16 and dotted in vdpbf16ps tiles (gemm_bf16.h: not exact float32, within
      * 2^-8 of each product; RINGLM_PREFILL_GEMM=own or =blas keep float32), 1.7-1.8x the
      * float panels below (perf/gemm_bench --prefill --type BF16); F32 and F16 weights too,
-     * rounded as well, where RINGLM_PREFILL_GEMM=bf16 asks for it. xr: the rows rounded once
-     * for the whole product (matmul_jobs), or NULL (rounded here). */
+     * rounded as well, where RINGLM_PREFILL_GEMM=bf16 asks for it (their prompt rows take
+     * these tiles before they get here: mm_rows). xr: the rows rounded once for the whole
+     * product (matmul_jobs), or NULL (rounded here). */
     if (takes_bf16_tiles(wm.type, rows)) {
         const size_t rb = eng_wrow_bytes(wm.type, k);
         const void *w = (const char *)wm.data + (size_t)n0 * rb;
@@ -180,6 +196,34 @@ static void matmul_rows(int rows, const float *x, const q_xq *xq, const uint16_t
                     ld_y);
 }
 
+/* matmul_rows for rows whose first prompt_rows are prompt rows: with weights prompt_split
+ * takes, those rows through gemm_bf16 at whatever count (its rows do not depend on each
+ * other, so a prompt row gets the same bits in a chunk of 1 or of 1024) and the others as
+ * any generated row; otherwise all of them together. xr: the rows rounded to bf16 (at least
+ * the prompt rows, all of them where the others take the tiles too), or NULL. The rows'
+ * quantized form (xq) is only made for quantized weights, which are never split. */
+static void mm_rows(const cpu *c, int rows, int prompt_rows, const float *x, const q_xq *xq,
+                    const uint16_t *xr, eng_wmat wm, int n0, int n, int k, float beta, float *y,
+                    int ld_y)
+{
+    if (prompt_rows > 0 && prompt_split(c, wm.type)) {
+        const size_t rb = eng_wrow_bytes(wm.type, k);
+        const void *w = (const char *)wm.data + (size_t)n0 * rb;
+        if (xr ? gemm_bf16_rounded(wm.type, prompt_rows, n, k, xr, w, rb, beta, y, ld_y)
+               : gemm_bf16(wm.type, prompt_rows, n, k, x, k, w, rb, beta, y, ld_y)) {
+            const int gen = rows - prompt_rows;
+            if (gen > 0)
+                matmul_rows(gen, x + (size_t)prompt_rows * k, NULL,
+                            xr && takes_bf16_tiles(wm.type, gen)
+                                ? xr + (size_t)prompt_rows * gemm_bf16_round_ld(k)
+                                : NULL,
+                            wm, n0, n, k, beta, y + (size_t)prompt_rows * ld_y, ld_y);
+            return;
+        }
+    }
+    matmul_rows(rows, x, xq, xr, wm, n0, n, k, beta, y, ld_y);
+}
+
 static void mm_task(void *ctx, int task, int worker)
 {
     (void)worker;
@@ -191,9 +235,11 @@ static void mm_task(void *ctx, int task, int worker)
     }
     int n0 = task * j->chunk_rows;
     int n = j->n - n0 < j->chunk_rows ? j->n - n0 : j->chunk_rows;
-    matmul_rows(r->rows, j->x, j->xq, j->xr, j->w, n0, n, j->k, j->beta, j->y + n0, j->ld_y);
+    mm_rows(r->c, r->rows, r->prompt_rows, j->x, j->xq, j->xr, j->w, n0, n, j->k, j->beta,
+            j->y + n0, j->ld_y);
     if (j->up.data) {
-        matmul_rows(r->rows, j->x, j->xq, j->xr, j->up, n0, n, j->k, 0.0f, j->y_up + n0, j->ld_y);
+        mm_rows(r->c, r->rows, r->prompt_rows, j->x, j->xq, j->xr, j->up, n0, n, j->k, 0.0f,
+                j->y_up + n0, j->ld_y);
         for (int t = 0; t < r->rows; t++)
             (j->act == ENG_ACT_GELU ? geglu : swiglu)(j->y + (size_t)t * j->ld_y + n0,
                                                       j->y_up + (size_t)t * j->ld_y + n0, n);
@@ -240,8 +286,8 @@ static const uint16_t *round_rows_once(cpu *c, int slot, const float *x, int row
  * Wo, 15 us on two threads) that each chunk's start — its claim crossing between the
  * vCPUs, its weight stream starting cold — cost more than an uneven end: one row decoded
  * 1.10x faster (results/2026-12-07-batch1-overheads-zen4-s13.md), while at 4 and 16 rows
- * F16 lost 5-6% with it. */
-static void matmul_jobs(cpu *c, mm_job *jobs, int n_jobs, int rows)
+ * F16 lost 5-6% with it. The first prompt_rows rows are prompt rows (mm_rows). */
+static void matmul_jobs(cpu *c, mm_job *jobs, int n_jobs, int rows, int prompt_rows)
 {
     int nw = c->workers.n_workers;
     int total = 0;
@@ -281,19 +327,25 @@ static void matmul_jobs(cpu *c, mm_job *jobs, int n_jobs, int rows)
      * chunk of every job that reads them. (Each chunk rounded all rows again for every 128
      * weight rows of its own: on two threads 24 times for Q, K and V, 32 for the gate and up
      * products, 8 for the others; 7% of a prefill's time, perf record.) */
+    /* (Prompt rows of F32 / F16 weights take them too: those rows rounded, or all where the
+     * others do as well.) */
     slot = 0;
     for (int i = 0; i < n_jobs; i++) {
         mm_job *j = &jobs[i];
         j->xr = NULL;
-        if (!takes_bf16_tiles(j->w.type, rows) &&
-            !(j->up.data && takes_bf16_tiles(j->up.type, rows)))
-            continue;
+        const bool all =
+            takes_bf16_tiles(j->w.type, rows) || (j->up.data && takes_bf16_tiles(j->up.type, rows));
+        const bool prompt = prompt_rows > 0 && (prompt_split(c, j->w.type) ||
+                                                (j->up.data && prompt_split(c, j->up.type)));
+        if (!all && !prompt) continue;
+        j->xr_rows = all ? rows : prompt_rows;
         for (int p = 0; p < i && !j->xr; p++)
-            if (jobs[p].x == j->x && jobs[p].k == j->k) j->xr = jobs[p].xr;
+            if (jobs[p].x == j->x && jobs[p].k == j->k && jobs[p].xr_rows >= j->xr_rows)
+                j->xr = jobs[p].xr;
         if (j->xr || slot == CPU_XQ_SLOTS) continue;
-        j->xr = round_rows_once(c, slot++, j->x, rows, j->k);
+        j->xr = round_rows_once(c, slot++, j->x, j->xr_rows, j->k);
     }
-    mm_region r = {jobs, n_jobs, rows};
+    mm_region r = {jobs, n_jobs, rows, prompt_rows, c};
     pool_run(&c->workers, total, mm_task, &r);
 }
 
@@ -363,7 +415,7 @@ static void post_norm_add(cpu *c, const float *weight, int T)
  * the experts added to x in the order of their ids, as the batch's loop below adds them, so
  * the row gets the same sums alone as in a batch. */
 static void moe_ffn_row(cpu *c, const eng_layer_weights *lw, size_t gate_rb, size_t up_rb,
-                        size_t down_rb)
+                        size_t down_rb, int prompt_rows)
 {
     const int dim = c->c.dim, nk = c->hp.n_expert_used, ff = c->hp.expert_ff;
     int order[MOE_ROW_JOBS];
@@ -397,8 +449,8 @@ static void moe_ffn_row(cpu *c, const eng_layer_weights *lw, size_t gate_rb, siz
                                .y = c->moe_out + (size_t)i * dim,
                                .ld_y = dim};
         }
-        matmul_jobs(c, up, m, 1);
-        matmul_jobs(c, down, m, 1);
+        matmul_jobs(c, up, m, 1, prompt_rows);
+        matmul_jobs(c, down, m, 1, prompt_rows);
         for (int i = 0; i < m; i++) {
             const float wgt = c->moe_w[order[i]], *o = c->moe_out + (size_t)i * dim;
             for (int j = 0; j < dim; j++) c->x[j] += wgt * o[j];
@@ -410,14 +462,16 @@ static void moe_ffn_row(cpu *c, const eng_layer_weights *lw, size_t gate_rb, siz
  * x += Σ_k w_k · down_k(silu(gate_k(xb)) ⊙ up_k(xb)) for each row, over the n_expert_used
  * experts its router picks, as llama.cpp's qwen3moe: softmax of the router logits, the
  * top-k probabilities (ties to the lower expert), renormalised to sum 1. Rows are grouped by
- * expert, so only the chosen experts' weights are read, each once for all its rows.
+ * expert, so only the chosen experts' weights are read, each once for all its rows, in the
+ * order of the batch: the prompt rows (the first prompt_rows) first. The router stays in
+ * exact float32 for every row: a choice between experts is not to be flipped by rounding.
  */
-static void moe_ffn(cpu *c, const eng_layer_weights *lw, int T)
+static void moe_ffn(cpu *c, const eng_layer_weights *lw, int T, int prompt_rows)
 {
     const int dim = c->c.dim, ne = c->hp.n_expert, nk = c->hp.n_expert_used;
     const int ff = c->hp.expert_ff;
     mm_job route = {.w = lw->router, .n = ne, .k = dim, .x = c->xb, .y = c->moe_logits, .ld_y = ne};
-    matmul_jobs(c, &route, 1, T);
+    matmul_jobs(c, &route, 1, T, 0);
     for (int r = 0; r < T; r++) {
         float *p = c->moe_logits + (size_t)r * ne, max = -INFINITY, sum = 0.0f;
         for (int e = 0; e < ne; e++)
@@ -443,14 +497,15 @@ static void moe_ffn(cpu *c, const eng_layer_weights *lw, int T)
     const size_t up_rb = eng_wrow_bytes(lw->up_exps.type, dim);
     const size_t down_rb = eng_wrow_bytes(lw->down_exps.type, ff);
     if (T == 1) {
-        moe_ffn_row(c, lw, gate_rb, up_rb, down_rb);
+        moe_ffn_row(c, lw, gate_rb, up_rb, down_rb, prompt_rows);
         return;
     }
     for (int e = 0; e < ne; e++) {
-        int n = 0;
+        int n = 0, n_prompt = 0;
         for (int r = 0; r < T; r++)
             for (int k = 0; k < nk; k++)
                 if (c->moe_e[(size_t)r * nk + k] == e) {
+                    n_prompt += r < prompt_rows;
                     c->moe_rows[n] = r * nk + k; /* row and slot */
                     memcpy(c->moe_x + (size_t)n * dim, c->xb + (size_t)r * dim,
                            (size_t)dim * sizeof(float));
@@ -467,7 +522,7 @@ static void moe_ffn(cpu *c, const eng_layer_weights *lw, int T)
             .up = {(const char *)lw->up_exps.data + (size_t)e * ff * up_rb, lw->up_exps.type},
             .y_up = c->moe_h3,
             .act = ENG_ACT_SILU};
-        matmul_jobs(c, &up, 1, n);
+        matmul_jobs(c, &up, 1, n, n_prompt);
         mm_job down = {
             .w = {(const char *)lw->down_exps.data + (size_t)e * dim * down_rb, lw->down_exps.type},
             .n = dim,
@@ -475,7 +530,7 @@ static void moe_ffn(cpu *c, const eng_layer_weights *lw, int T)
             .x = c->moe_h1,
             .y = c->moe_out,
             .ld_y = dim};
-        matmul_jobs(c, &down, 1, n);
+        matmul_jobs(c, &down, 1, n, n_prompt);
         for (int i = 0; i < n; i++) {
             const int r = c->moe_rows[i] / nk;
             const float wgt = c->moe_w[c->moe_rows[i]];
@@ -569,11 +624,88 @@ static void qkv_rows(cpu *c, int r0, int r1, const void *arg)
     }
 }
 
+/* ---- prompt rows first -------------------------------------------------------------- */
+
+/*
+ * The batch to execute with its prompt rows first, *prompt_rows of them (eng_batch
+ * prompt_len), so that every product takes two ranges of rows, [0, P) and [P, T) (mm_rows).
+ * That is the batch itself where they already come first (prefill chunks, decode rows, a
+ * recomputed sequence alone), else c->ord.b: the same rows, every sequence's prompt rows and
+ * then every sequence's generated rows, each part of a sequence a sequence of its own (its
+ * rows' positions, slots, block table and ring; seq_len the part's last position + 1), so
+ * the KV writes, ring slots and attention tiles read it as any batch; the logits rows point
+ * to where their rows went. Every row-wise step gives a row the same bits wherever it sits.
+ * -ENOMEM where the copy's block table cannot grow.
+ */
+static int order_prompt_rows(cpu *c, const eng_batch *b, const eng_batch **out, int *prompt_rows)
+{
+    *out = b;
+    *prompt_rows = 0;
+    if (!c->prompt_bf16 || !b->prompt_len) return 0;
+    const int S = b->n_seqs;
+    const int32_t *qs = b->query_start;
+    int P = 0;
+    bool first = true; /* the prompt rows are rows 0 .. P - 1 */
+    for (int s = 0; s < S; s++)
+        for (int r = qs[s]; r < qs[s + 1]; r++)
+            if (b->positions[r] < b->prompt_len[s]) first &= r == P++;
+    *prompt_rows = P;
+    if (first) return 0;
+    const size_t stride = (size_t)b->block_table_stride, need = 2 * (size_t)S * stride;
+    if (c->ord.table_cap < need) {
+        int32_t *t = realloc(c->ord.block_table, need * sizeof *t);
+        if (!t)
+            return eng_seterr(-ENOMEM, "CPU batch order: out of memory for %d block tables of %zu",
+                              2 * S, stride);
+        c->ord.block_table = t;
+        c->ord.table_cap = need;
+    }
+    int n = 0, parts = 0;
+    for (int pass = 0; pass < 2; pass++) /* 0: prompt rows, 1: generated rows */
+        for (int s = 0; s < S; s++) {
+            const int start = n;
+            for (int r = qs[s]; r < qs[s + 1]; r++) {
+                if ((b->positions[r] < b->prompt_len[s]) != (pass == 0)) continue;
+                c->ord.where[r] = n;
+                c->ord.tokens[n] = b->tokens[r];
+                c->ord.positions[n] = b->positions[r];
+                c->ord.slots[n++] = b->slot_mapping[r];
+            }
+            if (n == start) continue;
+            c->ord.query_start[parts] = start;
+            c->ord.seq_len[parts] = c->ord.positions[n - 1] + 1;
+            c->ord.ring[parts] = b->ring ? b->ring[s] : -1;
+            memcpy(c->ord.block_table + (size_t)parts * stride, b->block_table + (size_t)s * stride,
+                   stride * sizeof(int32_t));
+            parts++;
+        }
+    c->ord.query_start[parts] = n;
+    for (int i = 0; i < b->n_logits; i++) c->ord.logits_rows[i] = c->ord.where[b->logits_rows[i]];
+    c->ord.b = (eng_batch){.n_tokens = n,
+                           .tokens = c->ord.tokens,
+                           .positions = c->ord.positions,
+                           .slot_mapping = c->ord.slots,
+                           .n_seqs = parts,
+                           .query_start = c->ord.query_start,
+                           .seq_len = c->ord.seq_len,
+                           .block_table = c->ord.block_table,
+                           .block_table_stride = b->block_table_stride,
+                           .n_logits = b->n_logits,
+                           .logits_rows = c->ord.logits_rows,
+                           .ring = b->ring ? c->ord.ring : NULL};
+    *out = &c->ord.b;
+    return 0;
+}
+
 /* ---- forward ------------------------------------------------------------------------ */
 
-static int cpu_execute(void *priv, const eng_batch *b, float *logits)
+static int cpu_execute(void *priv, const eng_batch *batch, float *logits)
 {
     cpu *c = priv;
+    const eng_batch *b;
+    int P; /* the first P rows of b are prompt rows (order_prompt_rows) */
+    const int err = order_prompt_rows(c, batch, &b, &P);
+    if (err) return err;
     const eng_model_config *cfg = &c->c;
     const eng_model_tensors *w = c->t;
     const int T = b->n_tokens, dim = cfg->dim, kv_dim = c->kv_dim, hidden = cfg->hidden_dim;
@@ -617,7 +749,7 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
             {.w = lw->wk, .n = kv_dim, .k = dim, .x = c->xb, .y = c->k, .ld_y = kv_dim},
             {.w = lw->wv, .n = kv_dim, .k = dim, .x = c->xb, .y = c->v, .ld_y = kv_dim},
         };
-        matmul_jobs(c, qkv, 3, T);
+        matmul_jobs(c, qkv, 3, T, P);
         proj += pool_now_ns() - t0;
 
         t0 = pool_now_ns();
@@ -635,7 +767,7 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
                     .y = lw->post_att ? c->xb : c->x,
                     .ld_y = dim,
                     .beta = lw->post_att ? 0.0f : 1.0f};
-        matmul_jobs(c, &o, 1, T);
+        matmul_jobs(c, &o, 1, T, P);
         proj += pool_now_ns() - t0;
         if (lw->post_att) post_norm_add(c, lw->post_att, T);
 
@@ -643,7 +775,7 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
 
         t0 = pool_now_ns();
         if (lw->router.data) { /* a mixture of experts in place of the FFN */
-            moe_ffn(c, lw, T);
+            moe_ffn(c, lw, T, P);
             proj += pool_now_ns() - t0;
             continue;
         }
@@ -656,7 +788,7 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
                      .up = lw->w3,
                      .y_up = c->h3,
                      .act = c->hp.ffn_act};
-        matmul_jobs(c, &up, 1, T);
+        matmul_jobs(c, &up, 1, T, P);
         mm_job down = {.w = lw->w2,
                        .n = dim,
                        .k = hidden,
@@ -664,7 +796,7 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
                        .y = lw->post_ffn ? c->xb : c->x,
                        .ld_y = dim,
                        .beta = lw->post_ffn ? 0.0f : 1.0f}; /* x += ffn */
-        matmul_jobs(c, &down, 1, T);
+        matmul_jobs(c, &down, 1, T, P);
         proj += pool_now_ns() - t0;
         if (lw->post_ffn) post_norm_add(c, lw->post_ffn, T);
     }
@@ -680,7 +812,7 @@ static int cpu_execute(void *priv, const eng_batch *b, float *logits)
                       .x = c->xf,
                       .y = logits,
                       .ld_y = cfg->vocab_size};
-        matmul_jobs(c, &cls, 1, b->n_logits);
+        matmul_jobs(c, &cls, 1, b->n_logits, 0);
         proj += pool_now_ns() - t0;
         const float cap = c->hp.final_softcap;
         if (cap > 0.0f) /* gemma2: logits soft-capped */
@@ -720,6 +852,11 @@ static void cpu_destroy(void *priv)
     for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) free(moe[i]);
     free(c->moe_e);
     free(c->moe_rows);
+    int32_t *ord[] = {c->ord.tokens, c->ord.positions,   c->ord.query_start, c->ord.seq_len,
+                      c->ord.ring,   c->ord.logits_rows, c->ord.block_table};
+    for (size_t i = 0; i < sizeof ord / sizeof ord[0]; i++) free(ord[i]);
+    free(c->ord.slots);
+    free(c->ord.where);
     for (int i = 0; i < CPU_XQ_SLOTS; i++) {
         free(c->xq_mem[i]);
         free(c->xr_mem[i]);
@@ -806,7 +943,9 @@ static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void *
         c->ring_pool_bytes =
             c->ring_block_floats * sizeof(float) * (size_t)c->ring_blocks * (size_t)c->n_rings;
         c->ring_stride = (cfg->seq_len + c->block_size - 1) / c->block_size + 1;
-        c->ring_tables = malloc((size_t)opt->max_seqs * (size_t)c->ring_stride * sizeof(int32_t));
+        /* a sequence's prompt and generated rows may be two sequences (order_prompt_rows) */
+        c->ring_tables =
+            malloc(2 * (size_t)opt->max_seqs * (size_t)c->ring_stride * sizeof(int32_t));
         c->ring_slots = malloc((size_t)c->max_rows * sizeof(int64_t));
         c->ring_pool = rnuma_alloc(c->ring_pool_bytes, opt->numa_node);
         if (!c->ring_tables || !c->ring_slots || !c->ring_pool) {
@@ -875,6 +1014,28 @@ static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void *
         rope_table(c, theta_swa, scale_swa, c->rope_cos_swa, c->rope_sin_swa);
     }
     c->att_div = c->hp.attn_scale > 0.0f ? 1.0f / c->hp.attn_scale : sqrtf((float)c->head_size);
+    /* prompt rows of F32 / F16 weights in BF16 tiles: where the CPU has them, unless the
+     * engine or RINGLM_PREFILL_GEMM=own / =blas asks for exact float32 */
+    const gemm_f32_mode mode = gemm_f32_mode_get();
+    c->prompt_bf16 = !opt->prompt_exact && gemm_bf16_supported() &&
+                     (mode == GEMM_F32_AUTO || mode == GEMM_F32_BF16) &&
+                     (c->hp.weight_type == ENG_W_F32 || c->hp.weight_type == ENG_W_F16);
+    if (c->prompt_bf16) {
+        const size_t parts = 2 * (size_t)opt->max_seqs;
+        c->ord.tokens = malloc(T * sizeof(int32_t));
+        c->ord.positions = malloc(T * sizeof(int32_t));
+        c->ord.logits_rows = malloc(T * sizeof(int32_t));
+        c->ord.slots = malloc(T * sizeof(int64_t));
+        c->ord.where = malloc(T * sizeof(int));
+        c->ord.query_start = malloc((parts + 1) * sizeof(int32_t));
+        c->ord.seq_len = malloc(parts * sizeof(int32_t));
+        c->ord.ring = malloc(parts * sizeof(int32_t));
+        if (!c->ord.tokens || !c->ord.positions || !c->ord.logits_rows || !c->ord.slots ||
+            !c->ord.where || !c->ord.query_start || !c->ord.seq_len || !c->ord.ring) {
+            err = eng_seterr(-ENOMEM, "CPU batch order for %d rows: out of memory", c->max_rows);
+            goto fail;
+        }
+    }
     /* Our workers split every matmul; OpenBLAS must not add threads of its own. */
     openblas_set_num_threads(1);
     if ((err = pool_start(&c->workers, n_workers, opt->numa_node))) {
@@ -999,10 +1160,15 @@ static void cpu_describe(void *priv, char *buf, size_t cap)
     /* the classifier (N = vocabulary) of a batch of 1024 rows, where gemm_f32_prefer keeps
      * SGEMM for matrices that size */
     const bool cls_blas = own && !tiles16 && !gemm_f32_prefer(wt, 1024, c->c.vocab_size, c->c.dim);
+    /* F32 / F16 weights: a prompt row's path (order_prompt_rows), then a generated row's */
+    const char *prompt = c->prompt_bf16 ? "prompt rows in AVX-512 BF16 tiles at any count "
+                                          "(gemm_bf16: weights and activations rounded to bf16; "
+                                          "the router and classifier float32), generated rows: "
+                                        : "";
     if (wt == ENG_W_F32)
-        snprintf(buf, cap, "F32 projections: gemm_small (%s) up to %d rows, %s%s; %s", gs, small,
-                 above, cls_blas ? " (OpenBLAS SGEMM for the classifier of large batches)" : "",
-                 blas);
+        snprintf(buf, cap, "F32 projections: %sgemm_small (%s) up to %d rows, %s%s; %s", prompt, gs,
+                 small, above,
+                 cls_blas ? " (OpenBLAS SGEMM for the classifier of large batches)" : "", blas);
     else if (wt == ENG_W_BF16 && q_bf16_dot_path(1))
         snprintf(buf, cap,
                  "BF16 projections: activations rounded to bf16, vdpbf16ps on the weights as "
@@ -1019,9 +1185,9 @@ static void cpu_describe(void *priv, char *buf, size_t cap)
             snprintf(few, sizeof few, "converted in registers (%s) up to %d rows, ", conv,
                      fused512 ? small : Q_FUSED_MAX_ROWS);
         snprintf(buf, cap,
-                 "%s projections: %sfloat tiles (%s) and gemm_small (%s) up to %d rows, %s%s; %s",
-                 wt == ENG_W_F16 ? "F16" : "BF16", few, conv, gs, small, above,
-                 own && !tiles16 ? " (converted while packed)" : "", blas);
+                 "%s projections: %s%sfloat tiles (%s) and gemm_small (%s) up to %d rows, %s%s; %s",
+                 wt == ENG_W_F16 ? "F16" : "BF16", wt == ENG_W_F16 ? prompt : "", few, conv, gs,
+                 small, above, own && !tiles16 ? " (converted while packed)" : "", blas);
     } else if (q_isa() >= Q_ISA_AVX512 && q_int_path(wt, 256))
         snprintf(buf, cap, "%s projections: integer dots (%s) at every batch size; %s",
                  eng_wtype_name(wt), q_isa_name(q_isa()), blas);

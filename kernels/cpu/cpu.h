@@ -77,6 +77,18 @@ typedef struct cpu {
     size_t xr_cap[CPU_XQ_SLOTS];
     pool workers;
     eng_phase_stats stats;
+    /* Prompt rows in BF16 tiles (eng_batch.prompt_len, eng_options.prompt_exact): whether
+     * this engine takes them, and the batch reordered so that they come first, each part of
+     * a sequence (its prompt rows, its generated rows) a sequence of its own (cpu.c,
+     * order_prompt_rows); grown as batches need. */
+    bool prompt_bf16;
+    struct {
+        eng_batch b;
+        int32_t *tokens, *positions, *query_start, *seq_len, *ring, *logits_rows, *block_table;
+        int64_t *slots;
+        int *where; /* [max_rows]: the reordered row of each row of the batch */
+        size_t table_cap;
+    } ord;
     /* the batch being executed (read by the tasks) */
     const eng_batch *b;
     int layer;

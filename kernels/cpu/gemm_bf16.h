@@ -20,9 +20,11 @@
  * BF16 and RINGLM_PREFILL_GEMM is unset (auto); =own (gemm_f32's float panels) and =blas
  * (SGEMM) keep the exact float32 arithmetic, for the reference tests.
  *
- * F32 and F16 weights take it only where asked (RINGLM_PREFILL_GEMM=bf16): their weights
- * are rounded to bf16 too as they are packed, so |y - exact| <= (2^-7 + 2^-16 + (K + 2) ·
- * 2^-24) · Σ_k |x w|.
+ * F32 and F16 weights take it for a batch's prompt rows (eng_batch.prompt_len), at any count,
+ * unless eng_options.prompt_exact or RINGLM_PREFILL_GEMM=own / =blas; generated rows stay on
+ * the exact float32 paths (=bf16 sends them here too above gemm_small's rows: opt-in). Their
+ * weights are rounded to bf16 too as they are packed, so |y - exact| <= (2^-7 + 2^-16 +
+ * (K + 2) · 2^-24) · Σ_k |x w|.
  */
 #ifndef RINGLM_KERNELS_CPU_GEMM_BF16_H
 #define RINGLM_KERNELS_CPU_GEMM_BF16_H
@@ -34,9 +36,10 @@
 /* Whether this machine runs it (x86-64 with AVX-512 F, BW, VL and BF16). */
 bool gemm_bf16_supported(void);
 
-/* Whether the backend runs a product of weights of wtype (quant.h's numbers) here:
- * supported, and BF16 weights with the prefill mode auto, or F32, F16 and BF16 weights with
- * RINGLM_PREFILL_GEMM=bf16 (gemm_f32.h). */
+/* Whether the backend runs a product of weights of wtype (quant.h's numbers) here whatever
+ * its rows are: supported, and BF16 weights with the prefill mode auto, or F32, F16 and BF16
+ * weights with RINGLM_PREFILL_GEMM=bf16 (gemm_f32.h). Prompt rows of F32 and F16 weights are
+ * the CPU backend's choice (cpu.c, mm_rows). */
 bool gemm_bf16_prefer(int wtype);
 
 /*

@@ -22,8 +22,9 @@
  * product (the exact-F32 reference path the engine had before), =own this one wherever it
  * runs; the default (auto) takes gemm_f32_prefer's choice, and for BF16 weights gemm_bf16.h's
  * tiles where the CPU has AVX-512 BF16 (activations rounded to bf16: =own and =blas keep the
- * float32 arithmetic), and =bf16 F32 and F16 weights through those tiles too (their weights
- * rounded to bf16 as well: opt-in, never the default, never for the reference tests).
+ * float32 arithmetic) and for the prompt rows of F32 and F16 weights (eng_batch.prompt_len:
+ * their weights rounded to bf16 as well; generated rows stay here or on SGEMM), and =bf16 F32
+ * and F16 weights through those tiles for every row (opt-in, never for the reference tests).
  */
 #ifndef RINGLM_KERNELS_CPU_GEMM_F32_H
 #define RINGLM_KERNELS_CPU_GEMM_F32_H
