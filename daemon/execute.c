@@ -332,6 +332,7 @@ int exec_plan(svc *s, const sched_plan *p, uint64_t *exec_us)
             e->start_pos + e->n_tokens > known ||
             eng_bb_add_logits(bb, r->tokens, e->start_pos, e->n_tokens, (const int32_t *)e->blocks,
                               e->n_blocks, n_lrows) < 0 ||
+            eng_bb_set_prompt(bb, r->n_prompt) < 0 ||
             (s->ex.rings && eng_bb_set_ring(bb, (int32_t)e->ring) < 0)) {
             if (r && !req_state_ended(r->state)) {
                 /* A plan the service cannot execute would be planned again for ever. */
@@ -530,14 +531,17 @@ void exec_warm_up(svc *s)
     for (int pass = 0; pass < 2; pass++) {
         eng_bb_reset(&s->ex.bb);
         int S = pass == 0 ? n_pre : n_decode;
+        /* the prefill's rows are a prompt's (the paths a request's take) */
         if (pass == 0 && n_pre == 1) {
             eng_bb_add(&s->ex.bb, ones, 0, (uint32_t)n, table, (uint32_t)n_table, true);
+            eng_bb_set_prompt(&s->ex.bb, (uint32_t)n);
             if (rings) eng_bb_set_ring(&s->ex.bb, 0);
         } else if (pass == 0) {
             for (int q = 0; q < S; q++) {
                 int rows = n - q * per < per ? n - q * per : per;
                 eng_bb_add(&s->ex.bb, ones, 0, (uint32_t)rows, &table[q * per_blocks],
                            (uint32_t)per_blocks, true);
+                eng_bb_set_prompt(&s->ex.bb, (uint32_t)rows);
                 eng_bb_set_ring(&s->ex.bb, q);
             }
         } else {

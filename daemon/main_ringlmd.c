@@ -79,6 +79,8 @@ static void usage(FILE *f)
         "                           file). fp32: every matrix in float32 (a diagnostic)\n"
         "  --no-cuda-graphs         CUDA decode steps run eagerly, not as CUDA graphs\n"
         "  --threads N              engine worker threads (default 1)\n"
+        "  --prompt-exact           CPU, F32/F16 weights: prompt rows in exact float32 too\n"
+        "                           (default: AVX-512 BF16 tiles where the CPU has them)\n"
         "  --kv-blocks N            device KV pool blocks (default 1024)\n"
         "  --kv-block-size N        tokens per KV block (default 16)\n"
         "  --kv-rings N|off         a model with windowed and global layers (gemma2, gemma3;\n"
@@ -520,6 +522,7 @@ int main(int argc, char **argv)
         O_CUDADEV,
         O_CUDADTYPE,
         O_NOGRAPHS,
+        O_PROMPTEXACT,
         O_GWUSER
     };
     static const struct option opts[] = {
@@ -549,6 +552,7 @@ int main(int argc, char **argv)
         {"cuda-device", required_argument, 0, O_CUDADEV},
         {"cuda-dtype", required_argument, 0, O_CUDADTYPE},
         {"no-cuda-graphs", no_argument, 0, O_NOGRAPHS},
+        {"prompt-exact", no_argument, 0, O_PROMPTEXACT},
         {"kv-blocks", required_argument, 0, O_KVB},
         {"kv-rings", required_argument, 0, O_KVRINGS},
         {"kv-ring-snapshot-bytes", required_argument, 0, O_KVSNAPS},
@@ -698,6 +702,7 @@ int main(int argc, char **argv)
             }
             break;
         case O_NOGRAPHS: sc.cuda_no_graphs = true; break;
+        case O_PROMPTEXACT: sc.prompt_exact = true; break;
         case O_KVB:
             if (parse_uint("--kv-blocks", optarg, 1u << 24, &v)) return 2;
             if (!v) {

@@ -43,6 +43,7 @@ typedef struct svc_config {
     int cuda_device;          /* --cuda-device (eng_options.cuda_device) */
     int cuda_dtype;           /* --cuda-dtype: eng_cuda_dtype (0: bf16) */
     bool cuda_no_graphs;      /* --no-cuda-graphs */
+    bool prompt_exact;        /* --prompt-exact (eng_options.prompt_exact) */
     int threads;              /* engine worker threads (0: 1) */
     const char *numa;         /* --numa-node: "auto", "off" or N (NULL: auto) */
     int kv_blocks;            /* device pool blocks (0: default 1024) */

@@ -82,9 +82,12 @@ static int parse_float(const char *name, const char *s, float *out)
 
 /* One forward pass over rows [0, n) at positions pos0.. of the single sequence, logits of
  * the last row if want_logits. */
-static int forward(eng *e, const int32_t *tokens, int n, int pos0, const int32_t *table,
-                   int table_len, int block_size, int32_t *positions, int64_t *slots,
-                   bool want_logits, float *logits)
+/* Rows pos0 .. pos0 + n - 1 of the one sequence, whose prompt is n_prompt tokens long: its
+ * rows below that are prompt rows (eng_batch.prompt_len), as ringlmd marks them, so both give
+ * the same tokens for a seed (RINGLM_PREFILL_GEMM=own: every row in exact float32). */
+static int forward(eng *e, const int32_t *tokens, int n, int pos0, int32_t n_prompt,
+                   const int32_t *table, int table_len, int block_size, int32_t *positions,
+                   int64_t *slots, bool want_logits, float *logits)
 {
     for (int i = 0; i < n; i++) {
         int pos = pos0 + i;
@@ -104,6 +107,7 @@ static int forward(eng *e, const int32_t *tokens, int n, int pos0, const int32_t
         .block_table_stride = table_len,
         .n_logits = want_logits ? 1 : 0,
         .logits_rows = &last,
+        .prompt_len = &n_prompt,
     };
     return eng_execute(e, &b, logits);
 }
@@ -261,8 +265,8 @@ int main(int argc, char **argv)
                 n_prompt, steps, to_context ? "the model's context length" : "--steps");
     bool sample_after = n_prompt <= steps;
     double t0 = now_s();
-    if ((err = forward(e, prompt_tokens, n_prefill, 0, table, table_len, (int)block_size, positions,
-                       slots, sample_after, logits))) {
+    if ((err = forward(e, prompt_tokens, n_prefill, 0, n_prompt, table, table_len, (int)block_size,
+                       positions, slots, sample_after, logits))) {
         fprintf(stderr, "ringlm-run: prefill: %s\n", eng_errmsg());
         goto out;
     }
@@ -282,8 +286,8 @@ int main(int argc, char **argv)
     while (pos < steps) {
         if (pos >= n_prefill) { /* logits of pos come from one more decode step */
             int32_t in = token;
-            if ((err = forward(e, &in, 1, pos, table, table_len, (int)block_size, positions, slots,
-                               true, logits))) {
+            if ((err = forward(e, &in, 1, pos, n_prompt, table, table_len, (int)block_size,
+                               positions, slots, true, logits))) {
                 fprintf(stderr, "ringlm-run: decode at position %d: %s\n", pos, eng_errmsg());
                 goto out;
             }

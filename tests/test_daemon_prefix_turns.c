@@ -177,8 +177,12 @@ Test(daemon_prefix_turns, prefix_cache_next_turn_hits_the_last_answer)
     static turn_job g;
     memset(&g, 0, sizeof g);
     for (int k = 0; k < 40; k++) g.prompt[k] = 3 + (19 * k + 5) % 400;
-    static const char *const off_flags[] = {"--kv-block-size", "16", "--no-prefix-cache", NULL};
-    static const char *const on_flags[] = {"--kv-block-size", "16", NULL};
+    /* Prompts in exact float32 on both: by default a prompt row takes the BF16 tiles, so with
+     * the cache off turn 2 computes the answer's tokens as prompt rows, where the cache holds
+     * them as turn 1 generated them (exact): within the prompt rows' bound, not the same bits. */
+    static const char *const off_flags[] = {"--kv-block-size", "16", "--no-prefix-cache",
+                                            "--prompt-exact", NULL};
+    static const char *const on_flags[] = {"--kv-block-size", "16", "--prompt-exact", NULL};
     dmn off, on;
     dmn_start_for(&off, model, NULL, off_flags, &g.sock, &g.out);
     dmn_run_client(&off, client_turns, &g, "client (cache off)");
