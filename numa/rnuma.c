@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,18 +170,29 @@ int rnuma_place(void *p, size_t bytes, int node)
     return 0;
 }
 
-void *rnuma_alloc(size_t bytes, int node)
+static void *alloc_placed(size_t bytes, int node, bool huge)
 {
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
         seterr(-errno, "mmap %zu bytes: %s", bytes, strerror(errno));
         return NULL;
     }
+    if (huge) (void)madvise(p, bytes, MADV_HUGEPAGE); /* advice: 4 KiB pages where THP is off */
     if (rnuma_place(p, bytes, node) != 0) {
         munmap(p, bytes);
         return NULL;
     }
     return p;
+}
+
+void *rnuma_alloc(size_t bytes, int node)
+{
+    return alloc_placed(bytes, node, false);
+}
+
+void *rnuma_alloc_huge(size_t bytes, int node)
+{
+    return alloc_placed(bytes, node, true);
 }
 
 void rnuma_free(void *p, size_t bytes)

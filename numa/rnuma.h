@@ -25,6 +25,9 @@ int rnuma_pin_self(int node);
 int rnuma_pin_self_cpu(int node, int nth);
 /* Memory on node (mmap + mbind; node -1 = anywhere), zero-filled and faulted in. */
 void *rnuma_alloc(size_t bytes, int node);
+/* The same, advised onto transparent huge pages (MADV_HUGEPAGE) before it is faulted in:
+ * 2 MiB pages where the kernel's THP setting is `always` or `madvise`, else 4 KiB pages. */
+void *rnuma_alloc_huge(size_t bytes, int node);
 void rnuma_free(void *p, size_t bytes);
 /* Binds an existing mapping (e.g. a shm segment) to node and faults it in. */
 int rnuma_place(void *p, size_t bytes, int node);

@@ -947,7 +947,7 @@ static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void *
         c->ring_tables =
             malloc(2 * (size_t)opt->max_seqs * (size_t)c->ring_stride * sizeof(int32_t));
         c->ring_slots = malloc((size_t)c->max_rows * sizeof(int64_t));
-        c->ring_pool = rnuma_alloc(c->ring_pool_bytes, opt->numa_node);
+        c->ring_pool = rnuma_alloc_huge(c->ring_pool_bytes, opt->numa_node);
         if (!c->ring_tables || !c->ring_slots || !c->ring_pool) {
             err = eng_seterr(-ENOMEM, "%d window rings of %d blocks x %zu bytes: cannot allocate",
                              c->n_rings, c->ring_blocks, c->ring_block_floats * sizeof(float));
@@ -955,7 +955,12 @@ static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void *
         }
     }
 
-    c->kv_pool = rnuma_alloc(c->kv_pool_bytes, opt->numa_node);
+    /* K/V on 2 MiB pages: a decode row reads each layer's K and V of every block of its
+     * sequence, a few KiB from each of ~16 pages a block, blocks a pool apart; on 4 KiB pages
+     * a long context's attention walked the page tables (stories110M Q4_0, 930 positions,
+     * two threads: attention 3.55 -> 3.03 ms a token, results/2026-12-07-batch1-overheads-
+     * zen4-s13.md) */
+    c->kv_pool = rnuma_alloc_huge(c->kv_pool_bytes, opt->numa_node);
     if (!c->kv_pool) {
         err = eng_seterr(-ENOMEM, "KV pool of %d blocks x %zu bytes: cannot allocate (%s)",
                          c->n_blocks, c->block_floats * sizeof(float), rnuma_errmsg());
