@@ -480,6 +480,50 @@ Test(engine_inv, blocks_copied_out_and_back_elsewhere_continue_identically)
     }
 }
 
+/* The CPU backend's KV pool is advised onto transparent huge pages (a decode row reads a few
+ * KiB from each of many pages of every block; on 4 KiB pages a long context's attention
+ * walked the page tables): where the kernel's THP setting allows them, the pool's mapping
+ * holds 2 MiB pages. */
+Test(engine_inv, the_kv_pool_lies_on_huge_pages_where_the_kernel_allows_them)
+{
+    char mode[128] = "";
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (f) {
+        if (!fgets(mode, sizeof mode, f)) mode[0] = 0;
+        fclose(f);
+        mode[strcspn(mode, "\n")] = 0;
+    }
+    if (!mode[0] || strstr(mode, "[never]"))
+        cr_skip_test("transparent huge pages off here (%s)", mode[0] ? mode : "no setting");
+    eng_model *m = load("synthetic:gqa-test:6");
+    eng *probe = ts_engine(m, 1, 16, 1);
+    const size_t bb = eng_kv_block_bytes(probe);
+    eng_destroy(probe);
+    const int blocks = (int)((16u << 20) / bb) + 1; /* 16 MiB: whole 2 MiB pages inside */
+    eng *e = ts_engine(m, blocks, 16, 1);
+    size_t len = 0;
+    const uintptr_t base = (uintptr_t)eng_kv_pool_base(e, &len);
+    f = fopen("/proc/self/smaps", "r");
+    cr_assert(f, "cannot read /proc/self/smaps");
+    char line[512];
+    bool in_pool = false;
+    long huge_kb = -1;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            in_pool = lo <= base && base < hi;
+            continue;
+        }
+        if (in_pool && sscanf(line, "AnonHugePages: %ld kB", &huge_kb) == 1) break;
+    }
+    fclose(f);
+    cr_assert_gt(huge_kb, 0,
+                 "the KV pool (%zu bytes at %#lx) holds %ld kB of huge pages (THP setting: %s)",
+                 len, (unsigned long)base, huge_kb, mode);
+    eng_destroy(e);
+    eng_model_free(m);
+}
+
 /* ---- recompute -------------------------------------------------------------------------- */
 
 Test(engine_inv, recompute_from_tokens_continues_the_same)
