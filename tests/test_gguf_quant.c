@@ -424,6 +424,66 @@ Test(gguf_quant, activations_quantized_once_give_the_same_products)
     free(q);
 }
 
+/* Activations quantized in parts of rows (q_xq_plan, then q_xq_fill of each part, as the
+ * backend's workers fill them, in any order) give q_xq_prepare's products to the bit, for
+ * every type's layout (row-major, pairs, Q8_K, block-major, the K tiles') and every
+ * instruction set, at row counts of decode (one part) and prefill. */
+Test(gguf_quant, activations_quantized_in_parts_give_the_same_products)
+{
+    static const int itypes[] = {Q_Q8_0, Q_Q4_K, Q_Q6_K, Q_Q5_1, Q_Q4_0, Q_IQ4_XS};
+    static const int rows_cases[] = {1, 3, 5, 33, 70};
+    const int n = 40, k = 512, R = 70;
+    float *w = malloc((size_t)n * k * sizeof *w), *x = malloc((size_t)R * k * sizeof *x);
+    float *want = malloc((size_t)R * n * sizeof *want), *got = malloc((size_t)R * n * sizeof *got);
+    unsigned char *q = malloc(q_row_bytes(Q_F32, k) * n);
+    for (size_t i = 0; i < (size_t)n * k; i++) w[i] = frand();
+    for (size_t i = 0; i < (size_t)R * k; i++) x[i] = frand() * (float)(1 << (i / 32 % 9));
+    int best = q_isa(), was = q_isa_cap(Q_ISA_PORTABLE), checked = 0;
+    for (int isa = Q_ISA_PORTABLE; isa <= best; isa++) {
+        q_isa_cap(isa);
+        for (size_t rc = 0; rc < sizeof rows_cases / sizeof rows_cases[0]; rc++) {
+            const int rows = rows_cases[rc];
+            const size_t bytes = q_xq_bytes(rows, k);
+            void *mem_a = malloc(bytes), *mem_b = malloc(bytes);
+            memset(mem_b, 0x5A, bytes);
+            const q_xq *a = q_xq_prepare(mem_a, bytes, x, rows, k);
+            q_xq *b = q_xq_plan(mem_b, bytes, rows, k);
+            cr_assert(a && b);
+            cr_assert_null(q_xq_plan(mem_b, bytes - 65, rows, k), "too few bytes");
+            const int cut1 = rows / 3, cut2 = 2 * rows / 3; /* the last part first */
+            q_xq_fill(b, x, cut2, rows);
+            q_xq_fill(b, x, 0, cut1);
+            q_xq_fill(b, x, cut1, cut2);
+            for (size_t t = 0; t < sizeof itypes / sizeof itypes[0]; t++) {
+                const size_t rb = q_row_bytes(itypes[t], k);
+                for (int i = 0; i < n; i++)
+                    q_quantize_row(itypes[t], w + (size_t)i * k, q + i * rb, k);
+                q_matmul_xq(itypes[t], q, n, k, a, x, rows, 0.0f, want, n);
+                q_matmul_xq(itypes[t], q, n, k, b, x, rows, 0.0f, got, n);
+                cr_assert(memcmp(want, got, (size_t)rows * n * sizeof *got) == 0,
+                          "type %d %s rows=%d: quantized in parts differs", itypes[t],
+                          q_isa_name(isa), rows);
+                if (q_matmul_tiles(itypes[t], q, n, k, a, 0.0f, want, n)) {
+                    cr_assert(q_matmul_tiles(itypes[t], q, n, k, b, 0.0f, got, n));
+                    cr_assert(memcmp(want, got, (size_t)rows * n * sizeof *got) == 0,
+                              "type %d %s rows=%d: the tiles differ quantized in parts", itypes[t],
+                              q_isa_name(isa), rows);
+                }
+                checked++;
+            }
+            free(mem_a);
+            free(mem_b);
+        }
+    }
+    q_isa_cap(was);
+    cr_log_info("activations quantized in parts: %d cases", checked);
+    free(w);
+    free(x);
+    free(want);
+    free(got);
+    free(q);
+}
+
 /* Random bytes as weights: every bit pattern a block may hold (codes the quantizers never
  * write, such as Q8_0's -128, Q6_K's negative scales, Q4_K's largest 6-bit scales and mins),
  * with finite f16 scales; F16 and BF16 weights from a wide range, subnormal halves included. */

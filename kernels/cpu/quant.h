@@ -152,6 +152,12 @@ void q_matmul(int type, const void *w, int n, int k, const float *x, int rows, f
 typedef struct q_xq q_xq;
 size_t q_xq_bytes(int rows, int k);
 const q_xq *q_xq_prepare(void *mem, size_t bytes, const float *x, int rows, int k);
+/* q_xq_prepare in two steps, so that workers can quantize parts of the rows: q_xq_plan lays
+ * out mem for rows x k (NULL where q_xq_prepare is), q_xq_fill quantizes rows r0 .. r1 - 1 of
+ * x (row r at x + r * k) into it. Parts filled by different threads must not overlap, and
+ * every row must be filled before the q_xq is read; then it holds q_xq_prepare's bytes. */
+q_xq *q_xq_plan(void *mem, size_t bytes, int rows, int k);
+void q_xq_fill(q_xq *a, const float *x, int r0, int r1);
 /* q_matmul with the rows already quantized in a (taken when a matches rows, k and the current
  * instruction set, and q_int_path(type, rows); otherwise q_matmul on x). The same results as
  * q_matmul, to the bit. */

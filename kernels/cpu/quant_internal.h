@@ -609,11 +609,11 @@ VNNI512 void qk_kt_pack_k23(int type, const char *w, size_t rb, int m, int64_t n
                             int8_t *tmp);
 VNNI512 void qk_kt_rows_k23(int type, const kt_w *w, int64_t nb, const struct q_xq *a, int r0,
                             int R, float beta, float *y, int ld_y, __mmask16 mask);
-/* The Q8_K rows of xq (rows x k, k a multiple of 256) laid out for the tiles. */
-VNNI512 void qk_kt_layout(const xq8 *xq, int rows, int64_t k, const kt_x *t);
+/* The Q8_K rows r0 .. r1 - 1 of xq (rows x k, k a multiple of 256) laid out for the tiles. */
+VNNI512 void qk_kt_layout(const xq8 *xq, int rows, int r0, int r1, int64_t k, const kt_x *t);
 
-/* The activation rows block-major with their integer sums (vt_x). */
-VNNI512 void qk_vt_layout(const xq8 *xq, int rows, int64_t k, const vt_x *t);
+/* The activation rows r0 .. r1 - 1 of rows block-major with their integer sums (vt_x). */
+VNNI512 void qk_vt_layout(const xq8 *xq, int rows, int r0, int r1, int64_t k, const vt_x *t);
 
 #endif /* QK_X86 */
 

@@ -80,11 +80,11 @@ SIMD void qk_xq8_row_avx2(const float *x, int8_t *q, float *d, float *s, int64_t
 
 /* The rows of xq (row-major, as the kernels above take them) block-major, with the integer
  * sums Q8_0 starts from. */
-VNNI512 void qk_vt_layout(const xq8 *xq, int rows, int64_t k, const vt_x *t)
+VNNI512 void qk_vt_layout(const xq8 *xq, int rows, int r0, int r1, int64_t k, const vt_x *t)
 {
     const int64_t nb = k / 32;
     const __m256i flip = _mm256_set1_epi8((char)0x80);
-    for (int r = 0; r < rows; r++)
+    for (int r = r0; r < r1; r++)
         for (int64_t b = 0; b < nb; b++) {
             const __m256i v = _mm256_loadu_si256((const __m256i *)(xq->q + (size_t)r * k + b * 32));
             _mm256_storeu_si256((__m256i *)(t->q + ((size_t)b * rows + r) * 32), v);
@@ -100,10 +100,10 @@ VNNI512 void qk_vt_layout(const xq8 *xq, int rows, int64_t k, const vt_x *t)
 
 /* The Q8_K rows block-major for the K tiles (qk_kt_rows_*), with the sums they start from:
  * Q4_K's per 32 in int16 pairs, Q6_K's -32 x those per 16. */
-VNNI512 void qk_kt_layout(const xq8 *xq, int rows, int64_t k, const kt_x *t)
+VNNI512 void qk_kt_layout(const xq8 *xq, int rows, int r0, int r1, int64_t k, const kt_x *t)
 {
     const int64_t nb = k / 32, nsb = k / QK_K;
-    for (int r = 0; r < rows; r++) {
+    for (int r = r0; r < r1; r++) {
         for (int64_t b = 0; b < nb; b++)
             _mm256_storeu_si256(
                 (__m256i *)(t->q + ((size_t)b * rows + r) * 32),
@@ -178,49 +178,23 @@ size_t q_xq_bytes(int rows, int k)
     return xq_plan(rows, k, q_isa(), o);
 }
 
-const q_xq *q_xq_prepare(void *mem, size_t bytes, const float *x, int rows, int k)
+q_xq *q_xq_plan(void *mem, size_t bytes, int rows, int k)
 {
     const int isa = q_isa();
     size_t o[18];
     if (rows < 1 || k % 32 || bytes < xq_plan(rows, k, isa, o)) return NULL;
     char *buf = (char *)mem + (64 - (uintptr_t)mem % 64) % 64;
     struct q_xq *a = (struct q_xq *)buf;
-    const size_t nb = (size_t)k / 32;
     *a = (struct q_xq){.rows = rows, .k = k, .isa = isa};
     a->xq = (xq8){.d = (float *)(buf + o[0]),
                   .s = (float *)(buf + o[1]),
                   .q = (int8_t *)(buf + o[2]),
                   .s16 = (float *)(buf + o[9])};
-    void (*row_fn)(const float *, int8_t *, float *, float *, int64_t) = qk_xq8_row_portable;
-#if QK_X86
-    if (isa > Q_ISA_PORTABLE) row_fn = qk_xq8_row_avx2;
-#endif
-    for (int r = 0; r < rows; r++)
-        row_fn(x + (size_t)r * k, a->xq.q + (size_t)r * k, a->xq.d + (size_t)r * nb,
-               a->xq.s + (size_t)r * nb, k);
-    /* the sums per 16 (the unpacked types' offsets), the same on every instruction set */
-    for (size_t g = 0; g < (size_t)rows * nb * 2; g++) {
-        const int8_t *q = a->xq.q + 16 * g;
-        int sum = 0;
-        for (int l = 0; l < 16; l++) sum += q[l];
-        a->xq.s16[g] = a->xq.d[g / 2] * (float)sum;
-    }
-    if (pairs_wanted(rows, isa)) {
-        a->xq.qp = (int8_t *)(buf + o[13]);
-        for (int r = 0; r < rows; r++)
-            qk_xq8_pairs(a->xq.q + (size_t)r * k, a->xq.qp + (size_t)r * k, k);
-    }
+    if (pairs_wanted(rows, isa)) a->xq.qp = (int8_t *)(buf + o[13]);
     if (q8k_wanted(rows, k, isa)) {
         a->xq.kq = (int8_t *)(buf + o[10]);
         a->xq.kd = (float *)(buf + o[11]);
         a->xq.ks = (int16_t *)(buf + o[12]);
-        void (*k_fn)(const float *, int8_t *, float *, int16_t *, int64_t) = qk_q8k_row_portable;
-#if QK_X86
-        if (isa > Q_ISA_PORTABLE) k_fn = qk_q8k_row_avx2;
-#endif
-        for (int r = 0; r < rows; r++)
-            k_fn(x + (size_t)r * k, a->xq.kq + (size_t)r * k, a->xq.kd + (size_t)r * (k / QK_K),
-                 a->xq.ks + (size_t)r * (k / 16), k);
     }
 #if QK_X86
     if (isa >= Q_ISA_AVX512) {
@@ -229,22 +203,69 @@ const q_xq *q_xq_prepare(void *mem, size_t bytes, const float *x, int rows, int 
                        .s = (float *)(buf + o[5]),
                        .c32 = (int32_t *)(buf + o[6]),
                        .rows = rows};
-        qk_vt_layout(&a->xq, rows, k, &a->xt);
-        if (a->xq.kq && rows > KT1_ROWS) {
+        if (a->xq.kq && rows > KT1_ROWS)
             a->kt = (kt_x){.q = (int8_t *)(buf + o[14]),
                            .d = (float *)(buf + o[15]),
                            .bs = (int32_t *)(buf + o[16]),
                            .c16 = (int32_t *)(buf + o[17]),
                            .rows = rows};
-            qk_kt_layout(&a->xq, rows, k, &a->kt);
+        else if (a->xq.kq)
+            a->kt = (kt_x){.q1 = (int8_t *)(buf + o[14]), .rows = rows};
+    }
+#endif
+    return a;
+}
+
+void q_xq_fill(q_xq *a, const float *x, int r0, int r1)
+{
+    const int k = a->k, isa = a->isa;
+    const size_t nb = (size_t)k / 32;
+    (void)isa; /* the portable build has one path */
+    void (*row_fn)(const float *, int8_t *, float *, float *, int64_t) = qk_xq8_row_portable;
+#if QK_X86
+    if (isa > Q_ISA_PORTABLE) row_fn = qk_xq8_row_avx2;
+#endif
+    for (int r = r0; r < r1; r++)
+        row_fn(x + (size_t)r * k, a->xq.q + (size_t)r * k, a->xq.d + (size_t)r * nb,
+               a->xq.s + (size_t)r * nb, k);
+    /* the sums per 16 (the unpacked types' offsets), the same on every instruction set */
+    for (size_t g = (size_t)r0 * nb * 2; g < (size_t)r1 * nb * 2; g++) {
+        const int8_t *q = a->xq.q + 16 * g;
+        int sum = 0;
+        for (int l = 0; l < 16; l++) sum += q[l];
+        a->xq.s16[g] = a->xq.d[g / 2] * (float)sum;
+    }
+    if (a->xq.qp)
+        for (int r = r0; r < r1; r++)
+            qk_xq8_pairs(a->xq.q + (size_t)r * k, a->xq.qp + (size_t)r * k, k);
+    if (a->xq.kq) {
+        void (*k_fn)(const float *, int8_t *, float *, int16_t *, int64_t) = qk_q8k_row_portable;
+#if QK_X86
+        if (isa > Q_ISA_PORTABLE) k_fn = qk_q8k_row_avx2;
+#endif
+        for (int r = r0; r < r1; r++)
+            k_fn(x + (size_t)r * k, a->xq.kq + (size_t)r * k, a->xq.kd + (size_t)r * (k / QK_K),
+                 a->xq.ks + (size_t)r * (k / 16), k);
+    }
+#if QK_X86
+    if (isa >= Q_ISA_AVX512) {
+        const int rows = a->rows;
+        qk_vt_layout(&a->xq, rows, r0, r1, k, &a->xt);
+        if (a->xq.kq && rows > KT1_ROWS) {
+            qk_kt_layout(&a->xq, rows, r0, r1, k, &a->kt);
         } else if (a->xq.kq) { /* blocks 0 2 1 3 of each 4 (qk_kt1_q4_k) */
             static const int order[4] = {0, 2, 1, 3};
-            a->kt = (kt_x){.q1 = (int8_t *)(buf + o[14]), .rows = rows};
-            for (int64_t e = 0; e < (int64_t)rows * k; e += 128)
+            for (int64_t e = (int64_t)r0 * k; e < (int64_t)r1 * k; e += 128)
                 for (int j = 0; j < 4; j++)
                     memcpy(a->kt.q1 + e + 32 * j, a->xq.kq + e + 32 * order[j], 32);
         }
     }
 #endif
+}
+
+const q_xq *q_xq_prepare(void *mem, size_t bytes, const float *x, int rows, int k)
+{
+    q_xq *a = q_xq_plan(mem, bytes, rows, k);
+    if (a) q_xq_fill(a, x, 0, rows);
     return a;
 }
