@@ -538,6 +538,9 @@ int main(int argc, char **argv)
         php.helper_task_ns += tmp.helper_task_ns;
         php.straggler_waits += tmp.straggler_waits;
         php.straggler_ns += tmp.straggler_ns;
+        php.helper_waits += tmp.helper_waits;
+        php.helper_sleeps += tmp.helper_sleeps;
+        php.wake_calls += tmp.wake_calls;
         t0 = now_s();
         for (int k = 0; k < decode_steps && have_naive; k++)
             naive_forward(&n, (k * 31) % cfg->vocab_size, ctx0 + k);
@@ -588,11 +591,13 @@ int main(int argc, char **argv)
         eng_phase_stats_get(b.e, &tmp, false);
         printf(",\"spin_budget_us\":%.1f,\"wake_latency_us\":%.1f", tmp.spin_budget_ns * 1e-3,
                tmp.wake_latency_ns * 1e-3);
-        /* a prefill step on the pool (prefill_pool_line says what each is) */
+        /* a prefill step on the pool (as the text's "prefill on the pool" line) */
         printf(",\"prefill\":{\"regions_per_step\":%.1f,\"alone_ms\":%.3f,\"region_ms\":%.3f,"
-               "\"caller_task_ms\":%.3f,\"helper_task_ms\":%.3f,\"straggler_ms\":%.3f}",
+               "\"caller_task_ms\":%.3f,\"helper_task_ms\":%.3f,\"straggler_ms\":%.3f,"
+               "\"helper_sleeps\":%.1f,\"wake_calls\":%.1f}",
                php.regions * msp * 1e6, (totp - (double)php.region_ns) * msp, php.region_ns * msp,
-               php.caller_task_ns * msp, php.helper_task_ns * msp, php.straggler_ns * msp);
+               php.caller_task_ns * msp, php.helper_task_ns * msp, php.straggler_ns * msp,
+               php.helper_sleeps * msp * 1e6, php.wake_calls * msp * 1e6);
         printf("},\"prefill_tok_s\":%.1f,"
                "\"phase_ms_per_step\":{\"decode%d\":{\"projections\":%.3f,\"attention\":%.3f,"
                "\"other\":%.3f},\"prefill\":{\"projections\":%.3f,\"attention\":%.3f,"
@@ -640,10 +645,11 @@ int main(int argc, char **argv)
         if (threads > 1)
             printf("  prefill on the pool:  %.0f regions; caller alone %.2f ms, in regions %.2f "
                    "ms (its tasks %.2f ms, the helpers' %.2f ms, waiting for a helper's %.2f "
-                   "ms)\n",
+                   "ms); %.0f helper sleeps, %.0f wake calls\n",
                    php.regions * msp * 1e6, (totp - (double)php.region_ns) * msp,
                    php.region_ns * msp, php.caller_task_ns * msp, php.helper_task_ns * msp,
-                   php.straggler_ns * msp);
+                   php.straggler_ns * msp, php.helper_sleeps * msp * 1e6,
+                   php.wake_calls * msp * 1e6);
         if (have_naive)
             printf("  baseline (naive 1-row 1-thread forward): %.1f tok/s; engine batch-1 = "
                    "%.2fx\n",
