@@ -427,10 +427,12 @@ Test(gguf_quant, activations_quantized_once_give_the_same_products)
 /* Activations quantized in parts of rows (q_xq_plan, then q_xq_fill of each part, as the
  * backend's workers fill them, in any order) give q_xq_prepare's products to the bit, for
  * every type's layout (row-major, pairs, Q8_K, block-major, the K tiles') and every
- * instruction set, at row counts of decode (one part) and prefill. */
+ * instruction set, at row counts of decode (one part) and prefill; and without their Q8_K
+ * form, for every type that q_reads_q8k says does not read it. */
 Test(gguf_quant, activations_quantized_in_parts_give_the_same_products)
 {
-    static const int itypes[] = {Q_Q8_0, Q_Q4_K, Q_Q6_K, Q_Q5_1, Q_Q4_0, Q_IQ4_XS};
+    static const int itypes[] = {Q_Q8_0, Q_Q4_K, Q_Q6_K,   Q_Q5_1, Q_Q4_0, Q_IQ4_XS,
+                                 Q_Q4_1, Q_Q5_0, Q_IQ4_NL, Q_Q2_K, Q_Q3_K, Q_Q5_K};
     static const int rows_cases[] = {1, 3, 5, 33, 70};
     const int n = 40, k = 512, R = 70;
     float *w = malloc((size_t)n * k * sizeof *w), *x = malloc((size_t)R * k * sizeof *x);
@@ -444,16 +446,22 @@ Test(gguf_quant, activations_quantized_in_parts_give_the_same_products)
         for (size_t rc = 0; rc < sizeof rows_cases / sizeof rows_cases[0]; rc++) {
             const int rows = rows_cases[rc];
             const size_t bytes = q_xq_bytes(rows, k);
-            void *mem_a = malloc(bytes), *mem_b = malloc(bytes);
+            void *mem_a = malloc(bytes), *mem_b = malloc(bytes), *mem_c = malloc(bytes);
             memset(mem_b, 0x5A, bytes);
+            memset(mem_c, 0x5A, bytes);
             const q_xq *a = q_xq_prepare(mem_a, bytes, x, rows, k);
-            q_xq *b = q_xq_plan(mem_b, bytes, rows, k);
+            q_xq *b = q_xq_plan(mem_b, bytes, rows, k, true);
             cr_assert(a && b);
-            cr_assert_null(q_xq_plan(mem_b, bytes - 65, rows, k), "too few bytes");
+            cr_assert_null(q_xq_plan(mem_b, bytes - 65, rows, k, true), "too few bytes");
             const int cut1 = rows / 3, cut2 = 2 * rows / 3; /* the last part first */
             q_xq_fill(b, x, cut2, rows);
             q_xq_fill(b, x, 0, cut1);
             q_xq_fill(b, x, cut1, cut2);
+            /* without the Q8_K form, for the weights that do not read it */
+            q_xq *c = q_xq_plan(mem_c, bytes, rows, k, false);
+            cr_assert(c);
+            q_xq_fill(c, x, 0, cut2);
+            q_xq_fill(c, x, cut2, rows);
             for (size_t t = 0; t < sizeof itypes / sizeof itypes[0]; t++) {
                 const size_t rb = q_row_bytes(itypes[t], k);
                 for (int i = 0; i < n; i++)
@@ -463,6 +471,12 @@ Test(gguf_quant, activations_quantized_in_parts_give_the_same_products)
                 cr_assert(memcmp(want, got, (size_t)rows * n * sizeof *got) == 0,
                           "type %d %s rows=%d: quantized in parts differs", itypes[t],
                           q_isa_name(isa), rows);
+                if (!q_reads_q8k(itypes[t])) {
+                    q_matmul_xq(itypes[t], q, n, k, c, x, rows, 0.0f, got, n);
+                    cr_assert(memcmp(want, got, (size_t)rows * n * sizeof *got) == 0,
+                              "type %d %s rows=%d: quantized without Q8_K differs", itypes[t],
+                              q_isa_name(isa), rows);
+                }
                 if (q_matmul_tiles(itypes[t], q, n, k, a, 0.0f, want, n)) {
                     cr_assert(q_matmul_tiles(itypes[t], q, n, k, b, 0.0f, got, n));
                     cr_assert(memcmp(want, got, (size_t)rows * n * sizeof *got) == 0,
@@ -473,6 +487,7 @@ Test(gguf_quant, activations_quantized_in_parts_give_the_same_products)
             }
             free(mem_a);
             free(mem_b);
+            free(mem_c);
         }
     }
     q_isa_cap(was);

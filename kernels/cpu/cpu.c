@@ -296,10 +296,10 @@ static void quant_task(void *ctx, int task, int worker)
 
 /* x (rows of k floats) quantized for the integer paths into slot's memory, split by rows
  * among the workers (on the caller alone it was 5-8% of a one-thread Q8_0 prefill, perf
- * record); NULL where q_xq_prepare would be. */
-static const q_xq *quantize_rows_once(cpu *c, int slot, const float *x, int rows, int k)
+ * record); with their Q8_K form only where q8k; NULL where q_xq_prepare would be. */
+static const q_xq *quantize_rows_once(cpu *c, int slot, const float *x, int rows, int k, bool q8k)
 {
-    q_xq *a = q_xq_plan(c->xq_mem[slot], c->xq_cap[slot], rows, k);
+    q_xq *a = q_xq_plan(c->xq_mem[slot], c->xq_cap[slot], rows, k, q8k);
     if (!a) return NULL;
     const int nw = c->workers.n_workers;
     quant_region r = {a, x, rows, rows >= 64 ? 2 * nw : 1};
@@ -347,7 +347,14 @@ static void matmul_jobs(cpu *c, mm_job *jobs, int n_jobs, int rows, int prompt_r
             c->xq_mem[slot] = p;
             c->xq_cap[slot] = need;
         }
-        j->xq = quantize_rows_once(c, slot++, j->x, rows, j->k);
+        /* the Q8_K form only where a job of the region reading these rows has weights that
+         * read it (a tenth of a Q8_0 prefill's time went to it, perf record) */
+        bool q8k = false;
+        for (int p = i; p < n_jobs; p++)
+            if (jobs[p].x == j->x && jobs[p].k == j->k)
+                q8k |= q_reads_q8k(jobs[p].w.type) ||
+                       (jobs[p].up.data && q_reads_q8k(jobs[p].up.type));
+        j->xq = quantize_rows_once(c, slot++, j->x, rows, j->k, q8k);
     }
     /* Weights in gemm_bf16's tiles read the rows rounded to bf16: rounded here, once for every
      * chunk of every job that reads them. (Each chunk rounded all rows again for every 128

@@ -155,8 +155,12 @@ const q_xq *q_xq_prepare(void *mem, size_t bytes, const float *x, int rows, int 
 /* q_xq_prepare in two steps, so that workers can quantize parts of the rows: q_xq_plan lays
  * out mem for rows x k (NULL where q_xq_prepare is), q_xq_fill quantizes rows r0 .. r1 - 1 of
  * x (row r at x + r * k) into it. Parts filled by different threads must not overlap, and
- * every row must be filled before the q_xq is read; then it holds q_xq_prepare's bytes. */
-q_xq *q_xq_plan(void *mem, size_t bytes, int rows, int k);
+ * every row must be filled before the q_xq is read; then it holds q_xq_prepare's bytes. With
+ * q8k false the rows get no Q8_K form: for weights none of whose types q_reads_q8k, which
+ * then give the same products, to the bit, without its cost (a tenth of a Q8_0 prefill's). */
+q_xq *q_xq_plan(void *mem, size_t bytes, int rows, int k, bool q8k);
+/* Whether weights of the type read the activations' Q8_K form (the K types and IQ4_XS). */
+bool q_reads_q8k(int type);
 void q_xq_fill(q_xq *a, const float *x, int r0, int r1);
 /* q_matmul with the rows already quantized in a (taken when a matches rows, k and the current
  * instruction set, and q_int_path(type, rows); otherwise q_matmul on x). The same results as

@@ -27,6 +27,11 @@ bool qk_q8k_type(int type)
            type == Q_IQ4_XS;
 }
 
+bool q_reads_q8k(int type)
+{
+    return qk_q8k_type(type);
+}
+
 /* ---- the activations ------------------------------------------------------------------ */
 
 void qk_q8k_row_portable(const float *x, int8_t *q, float *d, int16_t *bs, int64_t k)

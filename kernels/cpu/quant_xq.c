@@ -142,7 +142,7 @@ static bool pairs_wanted(int rows, int isa)
 
 /* The regions of a q_xq for rows x k on isa, as offsets o[] from its 64-aligned start; returns
  * the bytes it needs (with the slack to align an unaligned buffer). */
-static size_t xq_plan(int rows, int k, int isa, size_t o[18])
+static size_t xq_plan(int rows, int k, int isa, bool q8k, size_t o[18])
 {
     const size_t nb = (size_t)k / 32, R = (size_t)rows;
     size_t off = sizeof(struct q_xq);
@@ -157,7 +157,7 @@ static size_t xq_plan(int rows, int k, int isa, size_t o[18])
         o[5] = qk_carve(&off, R * nb * 4);
         o[6] = qk_carve(&off, R * nb * 4);
     }
-    if (q8k_wanted(rows, k, isa)) {
+    if (q8k && q8k_wanted(rows, k, isa)) {
         o[10] = qk_carve(&off, R * (size_t)k);
         o[11] = qk_carve(&off, R * (size_t)k / QK_K * 4);
         o[12] = qk_carve(&off, R * (size_t)k / 16 * 2);
@@ -175,14 +175,14 @@ static size_t xq_plan(int rows, int k, int isa, size_t o[18])
 size_t q_xq_bytes(int rows, int k)
 {
     size_t o[18];
-    return xq_plan(rows, k, q_isa(), o);
+    return xq_plan(rows, k, q_isa(), true, o);
 }
 
-q_xq *q_xq_plan(void *mem, size_t bytes, int rows, int k)
+q_xq *q_xq_plan(void *mem, size_t bytes, int rows, int k, bool q8k)
 {
     const int isa = q_isa();
     size_t o[18];
-    if (rows < 1 || k % 32 || bytes < xq_plan(rows, k, isa, o)) return NULL;
+    if (rows < 1 || k % 32 || bytes < xq_plan(rows, k, isa, q8k, o)) return NULL;
     char *buf = (char *)mem + (64 - (uintptr_t)mem % 64) % 64;
     struct q_xq *a = (struct q_xq *)buf;
     *a = (struct q_xq){.rows = rows, .k = k, .isa = isa};
@@ -191,7 +191,7 @@ q_xq *q_xq_plan(void *mem, size_t bytes, int rows, int k)
                   .q = (int8_t *)(buf + o[2]),
                   .s16 = (float *)(buf + o[9])};
     if (pairs_wanted(rows, isa)) a->xq.qp = (int8_t *)(buf + o[13]);
-    if (q8k_wanted(rows, k, isa)) {
+    if (q8k && q8k_wanted(rows, k, isa)) {
         a->xq.kq = (int8_t *)(buf + o[10]);
         a->xq.kd = (float *)(buf + o[11]);
         a->xq.ks = (int16_t *)(buf + o[12]);
@@ -265,7 +265,7 @@ void q_xq_fill(q_xq *a, const float *x, int r0, int r1)
 
 const q_xq *q_xq_prepare(void *mem, size_t bytes, const float *x, int rows, int k)
 {
-    q_xq *a = q_xq_plan(mem, bytes, rows, k);
+    q_xq *a = q_xq_plan(mem, bytes, rows, k, true);
     if (a) q_xq_fill(a, x, 0, rows);
     return a;
 }
