@@ -6,7 +6,8 @@
  * That alternation is what lost the caller in the first CAS-claim pool (f32b5da): a helper
  * late on an exhausted small region read the next, larger region's task count and claimed
  * a task that belonged to no region, so done passed n_tasks and pool_run never returned
- * (here: the test's timeout). 0 and 1 tasks run inline on the caller.
+ * (here: the test's timeout). 0 and 1 tasks run inline on the caller. Tasks of a region
+ * wait for flags their lower-indexed peers set, also when they must sleep for them.
  */
 #include "kernels/cpu/pool.h"
 
@@ -74,6 +75,67 @@ Test(kernels_pool, every_task_once_per_region_three_workers)
 Test(kernels_pool, one_worker_runs_inline)
 {
     run_regions(1, 1000);
+}
+
+/* Flags between the tasks of a region (pool_flag_set / pool_flag_wait): the first half of a
+ * region's tasks each write a value and set a flag, the second half each wait for one flag
+ * and read the value. The producer of the first flag may work for slow_ns first, so that
+ * its waiter spins past its budget and sleeps on the flag: a lost wake shows as the
+ * suite's timeout, a missing acquire as a stale value. */
+#define FLAG_PAIRS 8
+typedef struct flag_check {
+    pool *p;
+    uint64_t slow_ns;
+    _Atomic uint32_t flag[FLAG_PAIRS];
+    int value[FLAG_PAIRS]; /* plain: published by the flag */
+    _Atomic int seen[FLAG_PAIRS];
+    int round;
+} flag_check;
+
+static void flag_task(void *ctx, int task, int worker)
+{
+    (void)worker;
+    flag_check *fc = ctx;
+    if (task < FLAG_PAIRS) {
+        if (task == 0 && fc->slow_ns)
+            for (const uint64_t t0 = pool_now_ns(); pool_now_ns() - t0 < fc->slow_ns;)
+                ; /* work that takes a while (the host descheduling a worker, made on purpose) */
+        fc->value[task] = fc->round * 100 + task;
+        pool_flag_set(fc->p, &fc->flag[task]);
+        return;
+    }
+    const int i = task - FLAG_PAIRS;
+    pool_flag_wait(fc->p, &fc->flag[i]);
+    atomic_store_explicit(&fc->seen[i], fc->value[i], memory_order_relaxed);
+}
+
+static void run_flags(int n_workers, int n_regions, uint64_t slow_ns)
+{
+    pool p;
+    cr_assert_eq(pool_start(&p, n_workers, -1), 0, "pool_start(%d workers)", n_workers);
+    static flag_check fc;
+    memset(&fc, 0, sizeof fc);
+    fc.p = &p;
+    fc.slow_ns = slow_ns;
+    for (int r = 0; r < n_regions; r++) {
+        fc.round = r;
+        for (int i = 0; i < FLAG_PAIRS; i++) atomic_store(&fc.flag[i], 0);
+        pool_run(&p, 2 * FLAG_PAIRS, flag_task, &fc);
+        for (int i = 0; i < FLAG_PAIRS; i++)
+            cr_assert_eq(atomic_load(&fc.seen[i]), r * 100 + i,
+                         "%d workers, region %d: the waiter of flag %d read %d, not %d", n_workers,
+                         r, i, atomic_load(&fc.seen[i]), r * 100 + i);
+    }
+    pool_stop(&p);
+}
+
+Test(kernels_pool, tasks_waiting_for_flags_see_what_their_setters_wrote)
+{
+    run_flags(1, 100, 0); /* inline, in index order: never waits */
+    run_flags(2, 20000, 0);
+    run_flags(3, 20000, 0);
+    run_flags(2, 50, 2000000); /* 2 ms: past any spin budget, the waiters sleep */
+    run_flags(3, 50, 2000000);
 }
 
 /*

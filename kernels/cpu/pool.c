@@ -229,7 +229,8 @@ static uint64_t run_tasks(pool *p, uint32_t gen, int worker)
         if (!atomic_compare_exchange_weak_explicit(&p->claim, &c, c - 1, memory_order_acquire,
                                                    memory_order_acquire))
             continue; /* c now holds the word's current value */
-        /* claimed: the region is still open, so these are its own (see above) */
+        /* claimed: the region is still open, so these are its own (see above); in index
+         * order, which pool_flag_wait relies on */
         const uint64_t t0 = pool_now_ns();
         p->fn(p->ctx, p->n_tasks - (int)left, worker);
         const uint64_t task_ns = pool_now_ns() - t0;
@@ -325,6 +326,29 @@ void pool_run(pool *p, int n_tasks, pool_task_fn fn, void *ctx)
     p->straggler_waits++;
     p->straggler_ns += end - t0;
     p->region_ns_sum += end - region0;
+}
+
+void pool_flag_set(pool *p, _Atomic uint32_t *flag)
+{
+    atomic_store_explicit(flag, 1, memory_order_seq_cst);
+    wake_if_asleep(flag, &p->flag_asleep);
+}
+
+/* Spins as the caller waits for a region's last task (twice the measured wake latency),
+ * then sleeps: the task it waits for is on a worker the host descheduled, and a spinning
+ * (or yielding) thread keeps the CPU that worker could have run on. */
+void pool_flag_wait(pool *p, _Atomic uint32_t *flag)
+{
+    if (atomic_load_explicit(flag, memory_order_acquire)) return;
+    const uint64_t budget = 2 * atomic_load_explicit(&p->wake_ns, memory_order_relaxed);
+    const uint64_t t0 = pool_now_ns();
+    int spins = 0;
+    while (!atomic_load_explicit(flag, memory_order_acquire)) {
+        if (++spins % SPINS_PER_CLOCK || pool_now_ns() - t0 < budget)
+            cpu_relax();
+        else
+            sleep_unless_changed(flag, 0, &p->flag_asleep);
+    }
 }
 
 int pool_start(pool *p, int n_workers, int numa_node)

@@ -36,6 +36,7 @@ typedef struct pool {
     _Alignas(64) _Atomic uint32_t done;  /* futex: tasks of the region finished */
     _Atomic uint32_t helpers_asleep;     /* helpers announced asleep on generation */
     _Atomic uint32_t caller_asleep;      /* the caller announced asleep on done */
+    _Atomic uint32_t flag_asleep;        /* tasks announced asleep on a flag (pool_flag_wait) */
     /* measurements (relaxed: statistics) */
     _Alignas(64) _Atomic uint64_t regions, wake_calls, waits, sleeps;
     _Atomic uint64_t budget_ns, wake_ns;    /* the helpers' latest choice and measure */
@@ -63,6 +64,14 @@ typedef struct pool_stats {
 int pool_start(pool *p, int n_workers, int numa_node);
 /* Runs fn(ctx, t, worker) for every t in [0, n_tasks) and returns when all have returned. */
 void pool_run(pool *p, int n_tasks, pool_task_fn fn, void *ctx);
+/* Flags between the tasks of one region: a task sets a flag (zeroed before the region) that
+ * tasks of the same region with a higher index wait for. Tasks are claimed in index order,
+ * so the setter is running or done on another worker and never waits for the waiter: the
+ * wait ends. It spins as long as waking a sleeper takes, then sleeps (its setter was
+ * descheduled). pool_flag_set: stores 1 and wakes the sleepers; pool_flag_wait: returns
+ * once the flag is set (acquire: what the setter wrote before is visible). */
+void pool_flag_set(pool *p, _Atomic uint32_t *flag);
+void pool_flag_wait(pool *p, _Atomic uint32_t *flag);
 /* Stops and joins the helpers. Safe on a pool that pool_start failed or never started
  * threads for (zeroed). */
 void pool_stop(pool *p);
