@@ -7,6 +7,7 @@
  *   byte-exact and generation continues identically; recompute from tokens continues the
  *   same. Plus batch validation, sampling and engine creation errors.
  */
+#define TS_MAX_SEQS 40 /* a batch of 33 decode rows (the experts' test) */
 #include "engine_test_util.h"
 #include "gguf_test_util.h"
 #include "kernels/cpu/gemm_small.h"
@@ -223,10 +224,9 @@ Test(engine_inv, quantized_gguf_decode_alone_is_bit_identical_inside_a_batch_of_
     }
 }
 
-/* A mixture of experts (qwen3moe: 8 experts, 2 a row): one row alone runs its experts'
- * products together (kernels/cpu/cpu.c moe_ffn_row) and adds them in the order of their ids,
- * as a batch adds each expert's rows: alone and in a batch of 8, the same logits to the bit,
- * with float and with quantized weights. */
+/* A mixture of experts (qwen3moe: 8 experts, 2 a row): each row adds its experts' outputs in
+ * the order of their ids (kernels/cpu/cpu.c moe_ffn), alone and in a batch: alone and in a
+ * batch of 8, the same logits to the bit, with float and with quantized weights. */
 Test(engine_inv, experts_decode_alone_is_bit_identical_inside_a_batch_of_8, .init = mk_tmpdir,
      .fini = rm_tmpdir, .timeout = 300)
 {
@@ -239,6 +239,83 @@ Test(engine_inv, experts_decode_alone_is_bit_identical_inside_a_batch_of_8, .ini
         cr_assert_eq(eng_model_hparams_of(m)->n_expert_used, 2);
         snprintf(what, sizeof what, "qwen3moe %s", types[t]);
         decode_alone_vs_batch(m, 8, what);
+        eng_model_free(m);
+    }
+}
+
+/* Each of n_seqs sequences decoding alone on one worker, then all of them decoding together
+ * on `threads` workers (each prefilled alone first): every row's logits the same bits. */
+static void experts_alone_vs_batch(eng_model *m, int n_seqs, int threads, const char *what)
+{
+    enum { MAX_SEQS = 33, STEPS = 3, PLEN = 9 };
+    const eng_model_config *c = eng_model_cfg(m);
+    const int V = c->vocab_size;
+    cr_assert_leq(n_seqs, MAX_SEQS);
+    static int32_t prompt[MAX_SEQS][16];
+    static tseq s[MAX_SEQS];
+    float *alone = malloc((size_t)n_seqs * STEPS * V * sizeof(float));
+    float *lg = malloc((size_t)n_seqs * V * sizeof(float));
+    eng *e = ts_engine(m, 2 * MAX_SEQS, 16, 1);
+    for (int i = 0; i < n_seqs; i++) { /* one block each: PLEN + 4 + STEPS <= 16 tokens */
+        prompt_of(prompt[i], PLEN + i % 5, V, 40 + i);
+        ts_seq_init(&s[i], prompt[i], PLEN + i % 5, 2 * i);
+        ts_generate(e, c, &s[i], 0, STEPS, alone + (size_t)i * STEPS * V);
+    }
+    eng_destroy(e);
+    e = ts_engine(m, 2 * MAX_SEQS, 16, threads);
+    tseq *batch[MAX_SEQS];
+    int rows[MAX_SEQS];
+    for (int i = 0; i < n_seqs; i++) {
+        ts_seq_init(&s[i], prompt[i], PLEN + i % 5, 2 * i);
+        tseq *one[1] = {&s[i]};
+        int r = s[i].n_tokens;
+        cr_assert_eq(ts_step(e, c, one, &r, 1, lg), 0, "%s", eng_errmsg());
+        s[i].tokens[s[i].n_tokens++] = ts_argmax(lg, V);
+        batch[i] = &s[i];
+        rows[i] = 1;
+    }
+    for (int k = 1; k < STEPS; k++) {
+        cr_assert_eq(ts_step(e, c, batch, rows, n_seqs, lg), 0, "%s", eng_errmsg());
+        for (int i = 0; i < n_seqs; i++) {
+            const float *want = alone + ((size_t)i * STEPS + (size_t)k) * V;
+            cr_assert(memcmp(lg + (size_t)i * V, want, (size_t)V * sizeof(float)) == 0,
+                      "%s step %d: sequence %d alone on 1 worker and among %d decode rows on %d "
+                      "differ (relative %.3g)",
+                      what, k, i, n_seqs, threads, ts_rel_diff(want, lg + (size_t)i * V, V));
+            s[i].tokens[s[i].n_tokens++] = ts_argmax(lg + (size_t)i * V, V);
+        }
+    }
+    free(alone);
+    free(lg);
+    eng_destroy(e);
+}
+
+/* The experts of a layer run as one parallel region whose down products wait for their
+ * expert's up products (kernels/cpu/cpu.c moe_ffn): whatever the batch (2 to 33 decode rows,
+ * so from a few experts to all 8, one to many rows each) and the workers (1 to 3), a row's
+ * logits are those it gets alone. gqa-test's experts are 172 wide (their down products stay
+ * F16 in the quantized files), quant-test's 384 (every product quantized). */
+Test(engine_inv, experts_decode_rows_alone_equal_any_batch_and_worker_count, .init = mk_tmpdir,
+     .fini = rm_tmpdir, .timeout = 300)
+{
+    static const struct {
+        const char *spec, *type;
+        int head_dim;
+    } files[] = {{"synthetic:gqa-test:12", "F32", 32},    {"synthetic:gqa-test:12", "Q8_0", 32},
+                 {"synthetic:gqa-test:12", "Q4_K_M", 32}, {"synthetic:gqa-test:12", "Q4_0", 32},
+                 {"synthetic:quant-test:3", "Q8_0", 0},   {"synthetic:quant-test:3", "Q4_0", 0}};
+    static const struct {
+        int seqs, threads;
+    } runs[] = {{33, 2}, {7, 3}, {2, 2}};
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        char path[512], what[96];
+        snprintf(path, sizeof path, "%s/moe-%zu.gguf", tmpdir, f);
+        export_gguf_window(files[f].spec, NULL, files[f].type, "qwen3moe", files[f].head_dim, 0,
+                           path);
+        eng_model *m = load(path);
+        snprintf(what, sizeof what, "qwen3moe %s %s", files[f].spec, files[f].type);
+        for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++)
+            experts_alone_vs_batch(m, runs[r].seqs, runs[r].threads, what);
         eng_model_free(m);
     }
 }

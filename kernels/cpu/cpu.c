@@ -307,24 +307,39 @@ static const q_xq *quantize_rows_once(cpu *c, int slot, const float *x, int rows
     return a;
 }
 
-/* Runs the jobs as one parallel region. Chunks: a few per worker so a descheduled worker
- * (the cores are shared) does not hold everyone up, but each big enough for BLAS; one a
- * worker for a batch of one row, whose products are so short (stories110M Q4_0: 330 KB of
- * Wo, 15 us on two threads) that each chunk's start — its claim crossing between the
- * vCPUs, its weight stream starting cold — cost more than an uneven end: one row decoded
- * 1.10x faster (results/2026-12-07-batch1-overheads-zen4-s13.md), while at 4 and 16 rows
- * F16 lost 5-6% with it. The first prompt_rows rows are prompt rows (mm_rows). */
+/* Weight rows a chunk of a matrix of n rows takes, for a product with rows activation rows:
+ * a few chunks per worker so a descheduled worker (the cores are shared) does not hold
+ * everyone up, but each big enough for BLAS; one a worker for a batch of one row, whose
+ * products are so short (stories110M Q4_0: 330 KB of Wo, 15 us on two threads) that each
+ * chunk's start — its claim crossing between the vCPUs, its weight stream starting cold —
+ * cost more than an uneven end: one row decoded 1.10x faster
+ * (results/2026-12-07-batch1-overheads-zen4-s13.md), while at 4 and 16 rows F16 lost 5-6%
+ * with it. */
+static int mm_chunk_rows(int n, int n_workers, int rows)
+{
+    const int want = n_workers == 1 || rows == 1 ? n_workers : n_workers * 2;
+    int chunk = (n + want - 1) / want;
+    chunk = (chunk + 7) & ~7; /* multiples of 8 keep equal shares (288 = 4 x 72) */
+    return chunk < 32 ? 32 : chunk;
+}
+
+/* Whether a product of rows activation rows with w (and up, when it has data) reads them
+ * quantized to 8 bits (matmul_rows takes the integer or the integer-tile path with xq). */
+static bool mm_reads_xq(eng_wmat w, eng_wmat up, int rows)
+{
+    return q_int_path(w.type, rows) || q_prefill_runs(w.type, rows) ||
+           (up.data && (q_int_path(up.type, rows) || q_prefill_runs(up.type, rows)));
+}
+
+/* Runs the jobs as one parallel region, each in chunks of mm_chunk_rows. The first
+ * prompt_rows rows are prompt rows (mm_rows). */
 static void matmul_jobs(cpu *c, mm_job *jobs, int n_jobs, int rows, int prompt_rows)
 {
     int nw = c->workers.n_workers;
     int total = 0;
     for (int i = 0; i < n_jobs; i++) {
-        int want = nw == 1 || rows == 1 ? nw : nw * 2;
-        int chunk = (jobs[i].n + want - 1) / want;
-        chunk = (chunk + 7) & ~7; /* multiples of 8 keep equal shares (288 = 4 x 72) */
-        if (chunk < 32) chunk = 32;
-        jobs[i].chunk_rows = chunk;
-        jobs[i].n_chunks = (jobs[i].n + chunk - 1) / chunk;
+        jobs[i].chunk_rows = mm_chunk_rows(jobs[i].n, nw, rows);
+        jobs[i].n_chunks = (jobs[i].n + jobs[i].chunk_rows - 1) / jobs[i].chunk_rows;
         total += jobs[i].n_chunks;
     }
     /* Quantized weights read the rows quantized to 8 bits: quantized here, once for every
@@ -333,10 +348,7 @@ static void matmul_jobs(cpu *c, mm_job *jobs, int n_jobs, int rows, int prompt_r
     for (int i = 0; i < n_jobs; i++) {
         mm_job *j = &jobs[i];
         j->xq = NULL;
-        const bool w_int = q_int_path(j->w.type, rows) || q_prefill_runs(j->w.type, rows);
-        const bool up_int =
-            j->up.data && (q_int_path(j->up.type, rows) || q_prefill_runs(j->up.type, rows));
-        if (!w_int && !up_int) continue;
+        if (!mm_reads_xq(j->w, j->up, rows)) continue;
         for (int p = 0; p < i && !j->xq; p++)
             if (jobs[p].x == j->x && jobs[p].k == j->k) j->xq = jobs[p].xq;
         if (j->xq || slot == CPU_XQ_SLOTS) continue;
@@ -438,55 +450,160 @@ static void post_norm_add(cpu *c, const float *weight, int T)
 
 /* ---- mixture of experts -------------------------------------------------------------- */
 
-/* Experts of one row run together: their gate and up products as one parallel region, then
- * their down products as another. */
-#define MOE_ROW_JOBS 8
+/*
+ * The experts of a layer run as one parallel region, whatever the batch: each chosen
+ * expert's rows are gathered (a row alone is read where it lies), and the region's tasks
+ * are first every expert's gate and up products in chunks of weight rows (mm_chunk_rows,
+ * so both workers share each expert's weights, read once for all its rows), then every
+ * expert's down products in chunks. A down task waits for its expert's last up chunk
+ * (moe_up_task marks it ready, with its rows quantized for the down product), not for the
+ * whole region: tasks are claimed in index order, so by then every up chunk is running or
+ * done and the wait is the tail of one chunk.
+ */
+typedef struct moe_work {
+    cpu *c;
+    const eng_layer_weights *lw;
+    int n_active;  /* experts with rows in this batch */
+    int *eid;      /* [n_expert] their ids, ascending */
+    int *first;    /* [n_expert + 1] gathered rows of the i-th: first[i] .. first[i+1] */
+    int *prompt;   /* [n_expert] how many of them (the first) are prompt rows (mm_rows) */
+    bool gathered; /* the rows gathered in moe_x, or a row alone read where it lies (xb) */
+    int up_rows, up_chunks, down_rows, down_chunks; /* a chunk's weight rows, chunks an expert */
+    size_t gate_rb, up_rb, down_rb;
+    const q_xq **xq_up, **xq_down; /* [n_expert]: the rows quantized, or NULL */
+    void **xq_down_mem;            /* [n_expert]: where the up task quantizes the down rows */
+    size_t *xq_down_bytes;
+    _Atomic uint32_t *up_left; /* [n_expert]: up chunks of the i-th not yet done */
+    _Atomic uint32_t *ready;   /* [n_expert]: its down product's rows made */
+    void *xq_mem;              /* the quantized rows of every expert, grown as needed */
+    size_t xq_cap;
+} moe_work;
 
-/* One row alone (decode of one sequence): the chosen experts' products in a few parallel
- * regions, not two for each expert (at batch 1 the regions' start and end, not the weights,
- * held the mixture back), all reading the row where it lies (its 8-bit form quantized once);
- * the experts added to x in the order of their ids, as the batch's loop below adds them, so
- * the row gets the same sums alone as in a batch. */
-static void moe_ffn_row(cpu *c, const eng_layer_weights *lw, size_t gate_rb, size_t up_rb,
-                        size_t down_rb, int prompt_rows)
+static void moe_work_destroy(moe_work *w)
 {
-    const int dim = c->c.dim, nk = c->hp.n_expert_used, ff = c->hp.expert_ff;
-    int order[MOE_ROW_JOBS];
-    for (int k0 = 0; k0 < nk; k0 += MOE_ROW_JOBS) {
-        /* the slots k0.. of the chosen, by expert id (the next ids above the last group's) */
-        const int m = nk - k0 < MOE_ROW_JOBS ? nk - k0 : MOE_ROW_JOBS;
-        for (int k = 0; k < nk; k++) {
-            int rank = 0; /* chosen experts with a lower id (they are distinct) */
-            for (int j = 0; j < nk; j++) rank += c->moe_e[j] < c->moe_e[k];
-            if (rank >= k0 && rank < k0 + m) order[rank - k0] = k;
+    if (!w) return;
+    free(w->eid), free(w->first), free(w->prompt), free(w->xq_up), free(w->xq_down),
+        free(w->xq_down_mem);
+    free(w->xq_down_bytes), free(w->up_left), free(w->ready), free(w->xq_mem), free(w);
+}
+
+static moe_work *moe_work_create(int n_expert)
+{
+    const size_t ne = (size_t)n_expert;
+    moe_work *w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    w->eid = malloc(ne * sizeof *w->eid);
+    w->first = malloc((ne + 1) * sizeof *w->first);
+    w->prompt = malloc(ne * sizeof *w->prompt);
+    w->xq_up = malloc(ne * sizeof *w->xq_up);
+    w->xq_down = malloc(ne * sizeof *w->xq_down);
+    w->xq_down_mem = malloc(ne * sizeof *w->xq_down_mem);
+    w->xq_down_bytes = malloc(ne * sizeof *w->xq_down_bytes);
+    w->up_left = malloc(ne * sizeof *w->up_left);
+    w->ready = malloc(ne * sizeof *w->ready);
+    if (!w->eid || !w->first || !w->prompt || !w->xq_up || !w->xq_down || !w->xq_down_mem ||
+        !w->xq_down_bytes || !w->up_left || !w->ready) {
+        moe_work_destroy(w);
+        return NULL;
+    }
+    return w;
+}
+
+/* Chunk ch of the i-th active expert's gate and up products, SwiGLU'd into moe_h1; the
+ * chunk that ends the expert's last quantizes its rows for the down product and marks it
+ * ready (the other chunks' stores came before their acq_rel decrements). */
+static void moe_up_task(moe_work *w, int i, int ch)
+{
+    cpu *c = w->c;
+    const eng_layer_weights *lw = w->lw;
+    const int dim = c->c.dim, ff = c->hp.expert_ff, e = w->eid[i];
+    const int r0 = w->first[i], rows = w->first[i + 1] - r0;
+    const int n0 = ch * w->up_rows, n = ff - n0 < w->up_rows ? ff - n0 : w->up_rows;
+    const float *x = w->gathered ? c->moe_x + (size_t)r0 * dim : c->xb;
+    float *h1 = c->moe_h1 + (size_t)r0 * ff, *h3 = c->moe_h3 + (size_t)r0 * ff;
+    const eng_wmat gate = {(const char *)lw->gate_exps.data + (size_t)e * ff * w->gate_rb,
+                           lw->gate_exps.type};
+    const eng_wmat up = {(const char *)lw->up_exps.data + (size_t)e * ff * w->up_rb,
+                         lw->up_exps.type};
+    mm_rows(c, rows, w->prompt[i], x, w->xq_up[i], NULL, gate, n0, n, dim, 0.0f, h1 + n0, ff);
+    mm_rows(c, rows, w->prompt[i], x, w->xq_up[i], NULL, up, n0, n, dim, 0.0f, h3 + n0, ff);
+    for (int t = 0; t < rows; t++) swiglu(h1 + (size_t)t * ff + n0, h3 + (size_t)t * ff + n0, n);
+    if (atomic_fetch_sub_explicit(&w->up_left[i], 1, memory_order_acq_rel) != 1) return;
+    w->xq_down[i] = w->xq_down_mem[i]
+                        ? q_xq_prepare(w->xq_down_mem[i], w->xq_down_bytes[i], h1, rows, ff)
+                        : NULL;
+    pool_flag_set(&c->workers, &w->ready[i]);
+}
+
+/* Chunk ch of the i-th active expert's down product into moe_out, once its rows are made. */
+static void moe_down_task(moe_work *w, int i, int ch)
+{
+    cpu *c = w->c;
+    const eng_layer_weights *lw = w->lw;
+    const int dim = c->c.dim, ff = c->hp.expert_ff, e = w->eid[i];
+    const int r0 = w->first[i], rows = w->first[i + 1] - r0;
+    const int n0 = ch * w->down_rows, n = dim - n0 < w->down_rows ? dim - n0 : w->down_rows;
+    const eng_wmat down = {(const char *)lw->down_exps.data + (size_t)e * dim * w->down_rb,
+                           lw->down_exps.type};
+    pool_flag_wait(&c->workers, &w->ready[i]);
+    mm_rows(c, rows, w->prompt[i], c->moe_h1 + (size_t)r0 * ff, w->xq_down[i], NULL, down, n0, n,
+            ff, 0.0f, c->moe_out + (size_t)r0 * dim + n0, dim);
+}
+
+static void moe_task(void *ctx, int task, int worker)
+{
+    (void)worker;
+    moe_work *w = ctx;
+    const int n_up = w->n_active * w->up_chunks;
+    if (task < n_up)
+        moe_up_task(w, task / w->up_chunks, task % w->up_chunks);
+    else
+        moe_down_task(w, (task - n_up) / w->down_chunks, (task - n_up) % w->down_chunks);
+}
+
+/* Sets the quantized rows of every active expert (xq_up, and where xq_down_mem the up task
+ * quantizes into), in one buffer grown as needed; with no memory for it, none (each chunk
+ * then quantizes for itself, to the same bits). */
+static void moe_prepare_xq(moe_work *w, int T)
+{
+    cpu *c = w->c;
+    const eng_layer_weights *lw = w->lw;
+    const int dim = c->c.dim, ff = c->hp.expert_ff;
+    const eng_wmat none = {0};
+    size_t need = 0;
+    for (int i = 0; i < w->n_active; i++) {
+        const int rows = w->first[i + 1] - w->first[i];
+        if (mm_reads_xq(lw->gate_exps, lw->up_exps, rows) && (T > 1 || i == 0))
+            need += q_xq_bytes(rows, dim) + 64;
+        if (mm_reads_xq(lw->down_exps, none, rows)) need += q_xq_bytes(rows, ff) + 64;
+    }
+    if (need > w->xq_cap) {
+        void *p = realloc(w->xq_mem, need);
+        if (p) {
+            w->xq_mem = p;
+            w->xq_cap = need;
         }
-        mm_job up[MOE_ROW_JOBS], down[MOE_ROW_JOBS];
-        for (int i = 0; i < m; i++) {
-            const int e = c->moe_e[order[i]];
-            up[i] = (mm_job){
-                .w = {(const char *)lw->gate_exps.data + (size_t)e * ff * gate_rb,
-                      lw->gate_exps.type},
-                .n = ff,
-                .k = dim,
-                .x = c->xb,
-                .y = c->moe_h1 + (size_t)i * ff,
-                .ld_y = ff,
-                .up = {(const char *)lw->up_exps.data + (size_t)e * ff * up_rb, lw->up_exps.type},
-                .y_up = c->moe_h3 + (size_t)i * ff,
-                .act = ENG_ACT_SILU};
-            down[i] = (mm_job){.w = {(const char *)lw->down_exps.data + (size_t)e * dim * down_rb,
-                                     lw->down_exps.type},
-                               .n = dim,
-                               .k = ff,
-                               .x = c->moe_h1 + (size_t)i * ff,
-                               .y = c->moe_out + (size_t)i * dim,
-                               .ld_y = dim};
+    }
+    const bool have = need <= w->xq_cap;
+    char *mem = w->xq_mem;
+    for (int i = 0; i < w->n_active; i++) {
+        const int r0 = w->first[i], rows = w->first[i + 1] - r0;
+        w->xq_up[i] = w->xq_down[i] = NULL;
+        w->xq_down_mem[i] = NULL;
+        if (have && mm_reads_xq(lw->gate_exps, lw->up_exps, rows)) {
+            if (T == 1 && i > 0) /* a row alone: one quantized row for every expert */
+                w->xq_up[i] = w->xq_up[0];
+            else {
+                const size_t bytes = q_xq_bytes(rows, dim) + 64;
+                w->xq_up[i] = q_xq_prepare(mem, bytes, T > 1 ? c->moe_x + (size_t)r0 * dim : c->xb,
+                                           rows, dim);
+                mem += bytes;
+            }
         }
-        matmul_jobs(c, up, m, 1, prompt_rows);
-        matmul_jobs(c, down, m, 1, prompt_rows);
-        for (int i = 0; i < m; i++) {
-            const float wgt = c->moe_w[order[i]], *o = c->moe_out + (size_t)i * dim;
-            for (int j = 0; j < dim; j++) c->x[j] += wgt * o[j];
+        if (have && mm_reads_xq(lw->down_exps, none, rows)) {
+            w->xq_down_mem[i] = mem;
+            w->xq_down_bytes[i] = q_xq_bytes(rows, ff) + 64;
+            mem += w->xq_down_bytes[i];
         }
     }
 }
@@ -496,13 +613,14 @@ static void moe_ffn_row(cpu *c, const eng_layer_weights *lw, size_t gate_rb, siz
  * experts its router picks, as llama.cpp's qwen3moe: softmax of the router logits, the
  * top-k probabilities (ties to the lower expert), renormalised to sum 1. Rows are grouped by
  * expert, so only the chosen experts' weights are read, each once for all its rows, in the
- * order of the batch: the prompt rows (the first prompt_rows) first. The router stays in
- * exact float32 for every row: a choice between experts is not to be flipped by rounding.
+ * order of the batch: the prompt rows (the first prompt_rows) first. Each row adds its
+ * experts' outputs in the order of their ids, alone as in a batch (a row's products do not
+ * depend on the rows beside it), so the sums are the same bits. The router stays in exact
+ * float32 for every row: a choice between experts is not to be flipped by rounding.
  */
 static void moe_ffn(cpu *c, const eng_layer_weights *lw, int T, int prompt_rows)
 {
     const int dim = c->c.dim, ne = c->hp.n_expert, nk = c->hp.n_expert_used;
-    const int ff = c->hp.expert_ff;
     mm_job route = {.w = lw->router, .n = ne, .k = dim, .x = c->xb, .y = c->moe_logits, .ld_y = ne};
     matmul_jobs(c, &route, 1, T, 0);
     for (int r = 0; r < T; r++) {
@@ -526,51 +644,53 @@ static void moe_ffn(cpu *c, const eng_layer_weights *lw, int T, int prompt_rows)
         }
         for (int k = 0; k < nk; k++) wk[k] /= wsum;
     }
-    const size_t gate_rb = eng_wrow_bytes(lw->gate_exps.type, dim);
-    const size_t up_rb = eng_wrow_bytes(lw->up_exps.type, dim);
-    const size_t down_rb = eng_wrow_bytes(lw->down_exps.type, ff);
-    if (T == 1) {
-        moe_ffn_row(c, lw, gate_rb, up_rb, down_rb, prompt_rows);
-        return;
-    }
+    /* the (row, slot)s of each expert, experts by id and rows in order (a counting sort) */
+    moe_work *w = c->moe;
+    int *at = c->moe_count; /* [n_expert]: rows of expert e, then where its next one goes */
+    memset(at, 0, (size_t)ne * sizeof *at);
+    for (int s = 0; s < T * nk; s++) at[c->moe_e[s]]++;
+    w->n_active = 0;
+    int n = 0;
     for (int e = 0; e < ne; e++) {
-        int n = 0, n_prompt = 0;
-        for (int r = 0; r < T; r++)
-            for (int k = 0; k < nk; k++)
-                if (c->moe_e[(size_t)r * nk + k] == e) {
-                    n_prompt += r < prompt_rows;
-                    c->moe_rows[n] = r * nk + k; /* row and slot */
-                    memcpy(c->moe_x + (size_t)n * dim, c->xb + (size_t)r * dim,
-                           (size_t)dim * sizeof(float));
-                    n++;
-                }
-        if (!n) continue;
-        mm_job up = {
-            .w = {(const char *)lw->gate_exps.data + (size_t)e * ff * gate_rb, lw->gate_exps.type},
-            .n = ff,
-            .k = dim,
-            .x = c->moe_x,
-            .y = c->moe_h1,
-            .ld_y = ff,
-            .up = {(const char *)lw->up_exps.data + (size_t)e * ff * up_rb, lw->up_exps.type},
-            .y_up = c->moe_h3,
-            .act = ENG_ACT_SILU};
-        matmul_jobs(c, &up, 1, n, n_prompt);
-        mm_job down = {
-            .w = {(const char *)lw->down_exps.data + (size_t)e * dim * down_rb, lw->down_exps.type},
-            .n = dim,
-            .k = ff,
-            .x = c->moe_h1,
-            .y = c->moe_out,
-            .ld_y = dim};
-        matmul_jobs(c, &down, 1, n, n_prompt);
-        for (int i = 0; i < n; i++) {
-            const int r = c->moe_rows[i] / nk;
-            const float wgt = c->moe_w[c->moe_rows[i]];
-            float *x = c->x + (size_t)r * dim;
-            const float *o = c->moe_out + (size_t)i * dim;
-            for (int j = 0; j < dim; j++) x[j] += wgt * o[j];
-        }
+        if (!at[e]) continue;
+        w->eid[w->n_active] = e;
+        w->first[w->n_active++] = n;
+        const int rows = at[e];
+        at[e] = n;
+        n += rows;
+    }
+    w->first[w->n_active] = n;
+    for (int s = 0; s < T * nk; s++) c->moe_rows[at[c->moe_e[s]]++] = s;
+    for (int i = 0; i < w->n_active; i++) { /* rows in order: its prompt rows come first */
+        int g = w->first[i];
+        while (g < w->first[i + 1] && c->moe_rows[g] / nk < prompt_rows) g++;
+        w->prompt[i] = g - w->first[i];
+    }
+    if (T > 1)
+        for (int i = 0; i < n; i++)
+            memcpy(c->moe_x + (size_t)i * dim, c->xb + (size_t)(c->moe_rows[i] / nk) * dim,
+                   (size_t)dim * sizeof(float));
+    w->c = c;
+    w->lw = lw;
+    w->gathered = T > 1;
+    w->gate_rb = eng_wrow_bytes(lw->gate_exps.type, dim);
+    w->up_rb = eng_wrow_bytes(lw->up_exps.type, dim);
+    w->down_rb = eng_wrow_bytes(lw->down_exps.type, c->hp.expert_ff);
+    w->up_rows = mm_chunk_rows(c->hp.expert_ff, c->workers.n_workers, T);
+    w->up_chunks = (c->hp.expert_ff + w->up_rows - 1) / w->up_rows;
+    w->down_rows = mm_chunk_rows(dim, c->workers.n_workers, T);
+    w->down_chunks = (dim + w->down_rows - 1) / w->down_rows;
+    for (int i = 0; i < w->n_active; i++) {
+        atomic_store_explicit(&w->up_left[i], (uint32_t)w->up_chunks, memory_order_relaxed);
+        atomic_store_explicit(&w->ready[i], 0, memory_order_relaxed);
+    }
+    moe_prepare_xq(w, T);
+    pool_run(&c->workers, w->n_active * (w->up_chunks + w->down_chunks), moe_task, w);
+    for (int i = 0; i < n; i++) {
+        const int s = c->moe_rows[i];
+        const float wgt = c->moe_w[s], *o = c->moe_out + (size_t)i * dim;
+        float *x = c->x + (size_t)(s / nk) * dim;
+        for (int j = 0; j < dim; j++) x[j] += wgt * o[j];
     }
 }
 
@@ -885,6 +1005,8 @@ static void cpu_destroy(void *priv)
     for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) free(moe[i]);
     free(c->moe_e);
     free(c->moe_rows);
+    free(c->moe_count);
+    moe_work_destroy(c->moe);
     int32_t *ord[] = {c->ord.tokens, c->ord.positions,   c->ord.query_start, c->ord.seq_len,
                       c->ord.ring,   c->ord.logits_rows, c->ord.block_table};
     for (size_t i = 0; i < sizeof ord / sizeof ord[0]; i++) free(ord[i]);
@@ -1025,8 +1147,10 @@ static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void *
         c->moe_w = falloc(c, T * nk);
         c->moe_e = malloc(T * nk * sizeof *c->moe_e);
         c->moe_rows = malloc(T * nk * sizeof *c->moe_rows);
+        c->moe_count = malloc(ne * sizeof *c->moe_count);
+        c->moe = moe_work_create(c->hp.n_expert);
         if (!c->moe_logits || !c->moe_x || !c->moe_h1 || !c->moe_h3 || !c->moe_out || !c->moe_w ||
-            !c->moe_e || !c->moe_rows) {
+            !c->moe_e || !c->moe_rows || !c->moe_count || !c->moe) {
             err = eng_seterr(-ENOMEM, "CPU expert scratch for %d rows: out of memory", c->max_rows);
             goto fail;
         }

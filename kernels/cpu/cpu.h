@@ -51,11 +51,15 @@ typedef struct cpu {
      * the same pointers as above */
     float *rope_cos_swa, *rope_sin_swa;
     float att_div; /* q·k is divided by it: sqrt(head_size), or 1 / the file's scale */
-    /* a mixture of experts: router logits [rows][n_expert]; the rows routed to one expert
-     * gathered [rows][dim], its SwiGLU [rows][expert_ff] twice, its output [rows][dim]; each
-     * row's chosen experts and weights [rows][n_expert_used]; the rows of one expert */
+    /* a mixture of experts: router logits [rows][n_expert]; the rows routed to each expert
+     * gathered expert after expert [rows * n_expert_used][dim], their SwiGLU
+     * [rows * n_expert_used][expert_ff] twice, their outputs [rows * n_expert_used][dim];
+     * each row's chosen experts and weights [rows][n_expert_used]; the gathered rows' (row,
+     * slot)s as row * n_expert_used + slot; rows per expert [n_expert]; the experts' region
+     * (cpu.c) */
     float *moe_logits, *moe_x, *moe_h1, *moe_h3, *moe_out, *moe_w;
-    int *moe_e, *moe_rows;
+    int *moe_e, *moe_rows, *moe_count;
+    struct moe_work *moe;
     int window; /* the current layer's sliding window (0: none), set per layer */
     /* activations for up to max_rows rows */
     float *x, *xb, *q, *k, *v, *att, *h1, *h3, *xf;
