@@ -509,6 +509,16 @@ static moe_work *moe_work_create(int n_expert)
     return w;
 }
 
+/* rows x k floats quantized into mem for the integer paths, with their Q8_K form only where
+ * q8k (weights that read it: without it the other types' products are the same bits, and a
+ * Q8_0 prefill spent a tenth of its time on it); NULL where q_xq_prepare would be. */
+static const q_xq *moe_quantize(void *mem, size_t bytes, const float *x, int rows, int k, bool q8k)
+{
+    q_xq *a = q_xq_plan(mem, bytes, rows, k, q8k);
+    if (a) q_xq_fill(a, x, 0, rows);
+    return a;
+}
+
 /* Chunk ch of the i-th active expert's gate and up products, SwiGLU'd into moe_h1; the
  * chunk that ends the expert's last quantizes its rows for the down product and marks it
  * ready (the other chunks' stores came before their acq_rel decrements). */
@@ -529,9 +539,9 @@ static void moe_up_task(moe_work *w, int i, int ch)
     mm_rows(c, rows, w->prompt[i], x, w->xq_up[i], NULL, up, n0, n, dim, 0.0f, h3 + n0, ff);
     for (int t = 0; t < rows; t++) swiglu(h1 + (size_t)t * ff + n0, h3 + (size_t)t * ff + n0, n);
     if (atomic_fetch_sub_explicit(&w->up_left[i], 1, memory_order_acq_rel) != 1) return;
-    w->xq_down[i] = w->xq_down_mem[i]
-                        ? q_xq_prepare(w->xq_down_mem[i], w->xq_down_bytes[i], h1, rows, ff)
-                        : NULL;
+    w->xq_down[i] = w->xq_down_mem[i] ? moe_quantize(w->xq_down_mem[i], w->xq_down_bytes[i], h1,
+                                                     rows, ff, q_reads_q8k(lw->down_exps.type))
+                                      : NULL;
     pool_flag_set(&c->workers, &w->ready[i]);
 }
 
@@ -595,8 +605,9 @@ static void moe_prepare_xq(moe_work *w, int T)
                 w->xq_up[i] = w->xq_up[0];
             else {
                 const size_t bytes = q_xq_bytes(rows, dim) + 64;
-                w->xq_up[i] = q_xq_prepare(mem, bytes, T > 1 ? c->moe_x + (size_t)r0 * dim : c->xb,
-                                           rows, dim);
+                w->xq_up[i] =
+                    moe_quantize(mem, bytes, T > 1 ? c->moe_x + (size_t)r0 * dim : c->xb, rows, dim,
+                                 q_reads_q8k(lw->gate_exps.type) || q_reads_q8k(lw->up_exps.type));
                 mem += bytes;
             }
         }
