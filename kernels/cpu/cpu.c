@@ -246,20 +246,42 @@ static void mm_task(void *ctx, int task, int worker)
     }
 }
 
-typedef struct round_region {
-    const float *x;
-    int rows, k, parts;
-    uint16_t *xr;
-} round_region;
+typedef void (*rows_fn)(cpu *c, int r0, int r1, const void *arg);
 
-static void round_task(void *ctx, int task, int worker)
+typedef struct rows_region {
+    cpu *c;
+    rows_fn fn;
+    const void *arg;
+    int rows, parts;
+} rows_region;
+
+static void rows_task(void *ctx, int task, int worker)
 {
     (void)worker;
-    const round_region *r = ctx;
-    const int m0 = (int)((int64_t)task * r->rows / r->parts);
-    const int m1 = (int)((int64_t)(task + 1) * r->rows / r->parts);
-    gemm_bf16_round(m1 - m0, r->k, r->x + (size_t)m0 * r->k, r->k,
-                    r->xr + (size_t)m0 * gemm_bf16_round_ld(r->k));
+    const rows_region *r = ctx;
+    r->fn(r->c, (int)((int64_t)task * r->rows / r->parts),
+          (int)((int64_t)(task + 1) * r->rows / r->parts), r->arg);
+}
+
+/* fn(c, r0, r1, arg) over rows [0, rows) in `parts` tasks of the pool. */
+static void run_rows(cpu *c, int rows, int parts, rows_fn fn, const void *arg)
+{
+    rows_region r = {c, fn, arg, rows, parts};
+    pool_run(&c->workers, parts, rows_task, &r);
+}
+
+typedef struct round_arg {
+    const float *x;
+    int k;
+    uint16_t *xr;
+} round_arg;
+
+static void round_part(cpu *c, int m0, int m1, const void *arg)
+{
+    (void)c;
+    const round_arg *a = arg;
+    gemm_bf16_round(m1 - m0, a->k, a->x + (size_t)m0 * a->k, a->k,
+                    a->xr + (size_t)m0 * gemm_bf16_round_ld(a->k));
 }
 
 /* x (rows of k floats) rounded to bf16 into slot, split by rows among the workers; NULL
@@ -275,23 +297,21 @@ static const uint16_t *round_rows_once(cpu *c, int slot, const float *x, int row
         c->xr_cap[slot] = need;
     }
     const int nw = c->workers.n_workers;
-    round_region r = {x, rows, k, rows >= 64 ? 2 * nw : 1, c->xr_mem[slot]};
-    pool_run(&c->workers, r.parts, round_task, &r);
+    const round_arg a = {x, k, c->xr_mem[slot]};
+    run_rows(c, rows, rows >= 64 ? 2 * nw : 1, round_part, &a);
     return c->xr_mem[slot];
 }
 
-typedef struct quant_region {
+typedef struct quant_arg {
     q_xq *a;
     const float *x;
-    int rows, parts;
-} quant_region;
+} quant_arg;
 
-static void quant_task(void *ctx, int task, int worker)
+static void quant_part(cpu *c, int r0, int r1, const void *arg)
 {
-    (void)worker;
-    const quant_region *r = ctx;
-    q_xq_fill(r->a, r->x, (int)((int64_t)task * r->rows / r->parts),
-              (int)((int64_t)(task + 1) * r->rows / r->parts));
+    (void)c;
+    const quant_arg *q = arg;
+    q_xq_fill(q->a, q->x, r0, r1);
 }
 
 /* x (rows of k floats) quantized for the integer paths into slot's memory, split by rows
@@ -302,8 +322,8 @@ static const q_xq *quantize_rows_once(cpu *c, int slot, const float *x, int rows
     q_xq *a = q_xq_plan(c->xq_mem[slot], c->xq_cap[slot], rows, k, q8k);
     if (!a) return NULL;
     const int nw = c->workers.n_workers;
-    quant_region r = {a, x, rows, rows >= 64 ? 2 * nw : 1};
-    pool_run(&c->workers, r.parts, quant_task, &r);
+    const quant_arg q = {a, x};
+    run_rows(c, rows, rows >= 64 ? 2 * nw : 1, quant_part, &q);
     return a;
 }
 
@@ -716,23 +736,6 @@ static void moe_ffn(cpu *c, const eng_layer_weights *lw, int T, int prompt_rows)
  */
 #define ROWS_PARALLEL_MIN 32 /* rows from which a batch's row work is split */
 
-typedef void (*rows_fn)(cpu *c, int r0, int r1, const void *arg);
-
-typedef struct rows_region {
-    cpu *c;
-    rows_fn fn;
-    const void *arg;
-    int rows, parts;
-} rows_region;
-
-static void rows_task(void *ctx, int task, int worker)
-{
-    (void)worker;
-    const rows_region *r = ctx;
-    r->fn(r->c, (int)((int64_t)task * r->rows / r->parts),
-          (int)((int64_t)(task + 1) * r->rows / r->parts), r->arg);
-}
-
 /* fn(c, r0, r1, arg) over rows [0, rows) in parts (two a worker: a descheduled worker's share
  * is taken over), or on the caller for fewer than ROWS_PARALLEL_MIN rows. */
 static void for_rows(cpu *c, int rows, rows_fn fn, const void *arg)
@@ -742,8 +745,7 @@ static void for_rows(cpu *c, int rows, rows_fn fn, const void *arg)
         fn(c, 0, rows, arg);
         return;
     }
-    rows_region r = {c, fn, arg, rows, 2 * nw};
-    pool_run(&c->workers, r.parts, rows_task, &r);
+    run_rows(c, rows, 2 * nw, fn, arg);
 }
 
 /* xb[r] = rmsnorm(x[r]) * weight. */
