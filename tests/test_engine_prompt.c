@@ -7,7 +7,10 @@
  * its token is, never on its batch or chunk (a sequence's logits to the bit alone and beside
  * prompts, its layer-0 K/V to the bit in one chunk or in chunks of 1 or 7, and after a
  * recompute of its prompt and generated tokens); eng_options.prompt_exact is exact float32
- * as before; the engine's report names both paths.
+ * as before; the engine's report names both paths; the tiles' weights packed once at load
+ * (the default) give the bits of packing them in each product (RINGLM_PACKED_WEIGHTS=0), for
+ * prompt rows of F32 and F16 weights and the large batches of BF16 weights, and cost the
+ * memory the engine reports.
  */
 #include "engine_test_util.h"
 #include "gguf_test_util.h"
@@ -273,6 +276,69 @@ Test(engine_prompt, chunk_size_and_recompute_do_not_change_a_rows_bits, .init = 
         free(kv0);
         free(kv);
         eng_destroy(e);
+        eng_model_free(ms[mi]);
+    }
+}
+
+/* Logits of every row of a plen-row prompt (marked as a prompt) on a fresh two-thread engine,
+ * with RINGLM_PACKED_WEIGHTS as given (NULL: unset); the engine's memory into *bytes. */
+static float *prompt_logits(const eng_model *m, int plen, const char *packed, size_t *bytes)
+{
+    const int V = eng_model_cfg(m)->vocab_size;
+    int32_t prompt[256], blocks[32];
+    prompt_of(prompt, plen, V, 3);
+    for (int j = 0; j < 32; j++) blocks[j] = j;
+    if (packed)
+        setenv("RINGLM_PACKED_WEIGHTS", packed, 1);
+    else
+        unsetenv("RINGLM_PACKED_WEIGHTS");
+    eng *e = ts_engine(m, 32, 8, 2);
+    unsetenv("RINGLM_PACKED_WEIGHTS");
+    *bytes = eng_memory_bytes(e);
+    float *lg = malloc((size_t)plen * V * sizeof(float));
+    cr_assert(lg);
+    eng_batch_builder bb;
+    cr_assert_eq(eng_bb_init(&bb, plen, 1, 32, 8), 0, "%s", eng_errmsg());
+    cr_assert_eq(eng_bb_add_logits(&bb, prompt, 0, plen, blocks, 32, plen), 0);
+    cr_assert_eq(eng_bb_set_prompt(&bb, plen), 0);
+    cr_assert_eq(eng_execute(e, eng_bb_batch(&bb), lg), 0, "%s", eng_errmsg());
+    eng_bb_free(&bb);
+    eng_destroy(e);
+    return lg;
+}
+
+/* Prompts of 1, 5, 33 and 200 rows (BF16 weights take the tiles above 128 rows only): the
+ * same logits to the bit with the weights packed once at load and packed by each product,
+ * and the packed copy counted in the engine's memory where the tiles run. */
+Test(engine_prompt, weights_packed_at_load_give_the_bits_of_packing_per_product, .init = mk_tmpdir,
+     .fini = rm_tmpdir, .timeout = 120)
+{
+    eng_model *ms[4];
+    const char *names[4];
+    int nm = models(ms, names);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/prompt-BF16.gguf", tmpdir);
+    export_gguf("synthetic:quant-test:3", NULL, "BF16", NULL, path);
+    names[nm] = "quant-test (BF16)";
+    ms[nm++] = load(path);
+    static const int plens[] = {1, 5, 33, 200};
+    for (int mi = 0; mi < nm; mi++) {
+        const int V = eng_model_cfg(ms[mi])->vocab_size;
+        for (size_t pi = 0; pi < sizeof plens / sizeof plens[0]; pi++) {
+            size_t b_off, b_on;
+            float *off = prompt_logits(ms[mi], plens[pi], "0", &b_off);
+            float *on = prompt_logits(ms[mi], plens[pi], NULL, &b_on);
+            cr_assert(memcmp(off, on, (size_t)plens[pi] * V * sizeof(float)) == 0,
+                      "%s, %d prompt rows: packed at load differs from packed per product",
+                      names[mi], plens[pi]);
+            if (bf16_here())
+                cr_assert_gt(b_on, b_off, "%s: the packed weights are not in the engine's memory",
+                             names[mi]);
+            else
+                cr_assert_eq(b_on, b_off, "%s: weights packed without the tiles", names[mi]);
+            free(off);
+            free(on);
+        }
         eng_model_free(ms[mi]);
     }
 }

@@ -12,6 +12,9 @@
  *   - a row's results are the same bits alone, in any batch and in any split of the columns;
  *   - with the activations rounded before (gemm_bf16_round, in two parts of rows as threads
  *     split them), gemm_bf16_rounded gives gemm_bf16's bits on every shape above;
+ *   - with the weights packed once (gemm_bf16_pack), gemm_bf16_packed gives the same bits on
+ *     every shape above, whole and with its columns split where a worker's chunk may start
+ *     (a multiple of 32 rows);
  *   - F32 and F16 weights (RINGLM_PREFILL_GEMM=bf16) are rounded to the nearest bf16 as they
  *     are packed: the same two checks with the weights so rounded, and the stated tolerance
  *     (2^-7 + 2^-16 + (K + 2) 2^-24) · Σ|x w| against their exact product;
@@ -83,6 +86,24 @@ static void trial(int type, int M, int N, int K, float beta)
                       0,
                   "type %d M %d N %d K %d beta %g: row %d from rows rounded before differs", type,
                   M, N, K, beta, m);
+    /* the weights packed once: whole, and the columns split at 32 as a worker's chunk */
+    uint32_t *wp = aligned_alloc(64, (gemm_bf16_packed_bytes(N, K) + 63) & ~(size_t)63);
+    cr_assert(wp);
+    memset(wp, 0x5A, gemm_bf16_packed_bytes(N, K)); /* padding rows are its to write */
+    cr_assert(gemm_bf16_pack(type, N, K, w, (size_t)ld_w * es, wp));
+    for (int split = 0; split < 2; split++) {
+        memcpy(y2, y0, (size_t)M * ld_y * sizeof(float));
+        const int n1 = split && N > 32 ? 32 : N;
+        cr_assert(gemm_bf16_packed(M, n1, K, xr, wp, 0, beta, y2, ld_y));
+        if (n1 < N) cr_assert(gemm_bf16_packed(M, N - n1, K, xr, wp, n1, beta, y2 + n1, ld_y));
+        for (int m = 0; m < M; m++)
+            cr_assert(
+                memcmp(y2 + (size_t)m * ld_y, y + (size_t)m * ld_y, (size_t)N * sizeof(float)) == 0,
+                "type %d M %d N %d K %d beta %g split %d: row %d with packed weights differs", type,
+                M, N, K, beta, split, m);
+        cr_assert_eq(padding_written(y2, y0, M, N, ld_y), -1, "the padding, packed weights");
+    }
+    free(wp);
     free(xr);
     free(y2);
     const double tol = type == Q_BF16 ? 0x1p-8 : 0x1p-7 + 0x1p-16;
@@ -181,5 +202,14 @@ Test(kernels_gemm_bf16, declines_other_weight_types_and_cpus_without_avx512_bf16
                 gemm_bf16((int[]){Q_BF16, Q_F32, Q_F16}[t], M, N, K, x, K, w, K * 4, 0.0f, y, N) ||
                 gemm_bf16_rounded((int[]){Q_BF16, Q_F32, Q_F16}[t], M, N, K, xr, w, K * 4, 0.0f, y,
                                   N));
+    static uint32_t wp[N * K];
+    cr_assert_not(gemm_bf16_pack(Q_Q8_0, N, K, w, 68, wp));
+    if (gemm_bf16_supported()) { /* a chunk that does not start on a panel */
+        cr_assert(gemm_bf16_pack(Q_BF16, N, K, w, K * 2, wp));
+        cr_assert_not(gemm_bf16_packed(M, N - 8, K, xr, wp, 8, 0.0f, y, N));
+    } else {
+        cr_assert_not(gemm_bf16_pack(Q_BF16, N, K, w, K * 2, wp));
+        cr_assert_not(gemm_bf16_packed(M, N, K, xr, wp, 0, 0.0f, y, N));
+    }
     for (int i = 0; i < M * N; i++) cr_assert_eq(y[i], 7.0f);
 }

@@ -127,6 +127,25 @@ static bool prompt_split(const cpu *c, int wtype)
     return c->prompt_bf16 && (wtype == ENG_W_F32 || wtype == ENG_W_F16);
 }
 
+/* Layer l's dense projections in the order of cpu.packed. */
+static void layer_mats(const eng_layer_weights *lw, eng_wmat out[CPU_PACKED_MATS])
+{
+    const eng_wmat m[CPU_PACKED_MATS] = {lw->wq, lw->wk, lw->wv, lw->wo, lw->w1, lw->w2, lw->w3};
+    memcpy(out, m, sizeof m);
+}
+
+/* wm packed once into gemm_bf16's panels (a dense projection of the layer being run), or
+ * NULL. */
+static const void *packed_of(const cpu *c, eng_wmat wm)
+{
+    if (!c->packed || !wm.data) return NULL;
+    eng_wmat m[CPU_PACKED_MATS];
+    layer_mats(&c->t->layers[c->layer], m);
+    for (int i = 0; i < CPU_PACKED_MATS; i++)
+        if (m[i].data == wm.data) return c->packed[c->layer][i];
+    return NULL;
+}
+
 /* Whether matmul_rows multiplies rows of x by weights of wtype in gemm_bf16's tiles. */
 static bool takes_bf16_tiles(int wtype, int rows)
 {
@@ -137,7 +156,7 @@ static bool takes_bf16_tiles(int wtype, int rows)
 /* Rows n0.. of a weight matrix in any type: float32 through gemm_small or BLAS, the others
  * through the fused/tiled kernels of quant.c. */
 static void matmul_rows(int rows, const float *x, const q_xq *xq, const uint16_t *xr, eng_wmat wm,
-                        int n0, int n, int k, float beta, float *y, int ld_y)
+                        const void *wp, int n0, int n, int k, float beta, float *y, int ld_y)
 {
     /* BF16 weights above gemm_small's batches, where the CPU has AVX-512 BF16: the activations
      * rounded to bf16 and dotted in vdpbf16ps tiles (gemm_bf16.h: not exact float32, within
@@ -145,8 +164,10 @@ static void matmul_rows(int rows, const float *x, const q_xq *xq, const uint16_t
      * float panels below (perf/gemm_bench --prefill --type BF16); F32 and F16 weights too,
      * rounded as well, where RINGLM_PREFILL_GEMM=bf16 asks for it (their prompt rows take
      * these tiles before they get here: mm_rows). xr: the rows rounded once for the whole
-     * product (matmul_jobs), or NULL (rounded here). */
+     * product (matmul_jobs), or NULL (rounded here). wp: the weights packed once at load
+     * (cpu.packed), or NULL (packed here, block by block): the same bits. */
     if (takes_bf16_tiles(wm.type, rows)) {
+        if (xr && wp && gemm_bf16_packed(rows, n, k, xr, wp, n0, beta, y, ld_y)) return;
         const size_t rb = eng_wrow_bytes(wm.type, k);
         const void *w = (const char *)wm.data + (size_t)n0 * rb;
         if (xr ? gemm_bf16_rounded(wm.type, rows, n, k, xr, w, rb, beta, y, ld_y)
@@ -206,22 +227,24 @@ static void mm_rows(const cpu *c, int rows, int prompt_rows, const float *x, con
                     const uint16_t *xr, eng_wmat wm, int n0, int n, int k, float beta, float *y,
                     int ld_y)
 {
+    const void *wp = packed_of(c, wm);
     if (prompt_rows > 0 && prompt_split(c, wm.type)) {
         const size_t rb = eng_wrow_bytes(wm.type, k);
         const void *w = (const char *)wm.data + (size_t)n0 * rb;
-        if (xr ? gemm_bf16_rounded(wm.type, prompt_rows, n, k, xr, w, rb, beta, y, ld_y)
-               : gemm_bf16(wm.type, prompt_rows, n, k, x, k, w, rb, beta, y, ld_y)) {
+        if ((xr && wp && gemm_bf16_packed(prompt_rows, n, k, xr, wp, n0, beta, y, ld_y)) ||
+            (xr ? gemm_bf16_rounded(wm.type, prompt_rows, n, k, xr, w, rb, beta, y, ld_y)
+                : gemm_bf16(wm.type, prompt_rows, n, k, x, k, w, rb, beta, y, ld_y))) {
             const int gen = rows - prompt_rows;
             if (gen > 0)
                 matmul_rows(gen, x + (size_t)prompt_rows * k, NULL,
                             xr && takes_bf16_tiles(wm.type, gen)
                                 ? xr + (size_t)prompt_rows * gemm_bf16_round_ld(k)
                                 : NULL,
-                            wm, n0, n, k, beta, y + (size_t)prompt_rows * ld_y, ld_y);
+                            wm, wp, n0, n, k, beta, y + (size_t)prompt_rows * ld_y, ld_y);
             return;
         }
     }
-    matmul_rows(rows, x, xq, xr, wm, n0, n, k, beta, y, ld_y);
+    matmul_rows(rows, x, xq, xr, wm, wp, n0, n, k, beta, y, ld_y);
 }
 
 static void mm_task(void *ctx, int task, int worker)
@@ -359,6 +382,10 @@ static void matmul_jobs(cpu *c, mm_job *jobs, int n_jobs, int rows, int prompt_r
     int total = 0;
     for (int i = 0; i < n_jobs; i++) {
         jobs[i].chunk_rows = mm_chunk_rows(jobs[i].n, nw, rows);
+        /* weights packed once are read in panels of 32 rows: chunks start on one */
+        if (packed_of(c, jobs[i].w) && (takes_bf16_tiles(jobs[i].w.type, rows) ||
+                                        (prompt_rows > 0 && prompt_split(c, jobs[i].w.type))))
+            jobs[i].chunk_rows = (jobs[i].chunk_rows + 31) & ~31;
         jobs[i].n_chunks = (jobs[i].n + jobs[i].chunk_rows - 1) / jobs[i].chunk_rows;
         total += jobs[i].n_chunks;
     }
@@ -1004,6 +1031,8 @@ static void cpu_destroy(void *priv)
     pool_stop(&c->workers);
     if (c->kv_pool) rnuma_free(c->kv_pool, c->kv_pool_bytes);
     if (c->ring_pool) rnuma_free(c->ring_pool, c->ring_pool_bytes);
+    if (c->packed_mem) rnuma_free(c->packed_mem, c->packed_bytes);
+    free(c->packed);
     free(c->layer_ring);
     free(c->layer_idx);
     free(c->ring_tables);
@@ -1052,6 +1081,87 @@ static void rope_table(cpu *c, float theta, float scale, float *cos_t, float *si
             }
         }
     }
+}
+
+/* ---- weights packed once ---------------------------------------------------------------- */
+
+/* Whether products with weights of wtype take gemm_bf16's tiles for some batch: BF16 weights
+ * above gemm_small's rows, F32 and F16 ones for prompt rows (or every row, =bf16). */
+static bool packs(const cpu *c, int wtype)
+{
+    return gemm_bf16_supported() && ((wtype == ENG_W_BF16 && gemm_bf16_prefer(wtype)) ||
+                                     ((wtype == ENG_W_F32 || wtype == ENG_W_F16) &&
+                                      (c->prompt_bf16 || gemm_bf16_prefer(wtype))));
+}
+
+/* Rows and elements of a row of layer matrix i (layer_mats' order). */
+static void mat_shape(const cpu *c, int i, int *n, int *k)
+{
+    const int dim = c->c.dim, hidden = c->c.hidden_dim;
+    const int ns[CPU_PACKED_MATS] = {c->q_dim, c->kv_dim, c->kv_dim, dim, hidden, dim, hidden};
+    const int ks[CPU_PACKED_MATS] = {dim, dim, dim, c->q_dim, dim, hidden, dim};
+    *n = ns[i];
+    *k = ks[i];
+}
+
+static void pack_task(void *ctx, int task, int worker)
+{
+    (void)worker;
+    cpu *c = ctx;
+    const int l = task / CPU_PACKED_MATS, i = task % CPU_PACKED_MATS;
+    if (!c->packed[l][i]) return;
+    eng_wmat m[CPU_PACKED_MATS];
+    layer_mats(&c->t->layers[l], m);
+    int n, k;
+    mat_shape(c, i, &n, &k);
+    if (!gemm_bf16_pack(m[i].type, n, k, m[i].data, eng_wrow_bytes(m[i].type, k),
+                        (void *)c->packed[l][i]))
+        c->packed[l][i] = NULL; /* not reached: packs() said it runs */
+}
+
+/*
+ * Each layer's dense projections that take gemm_bf16's tiles, packed once into its panels
+ * (cpu.packed) by the workers: the products then only read them. Packed per product they
+ * were 7% of a one-thread BF16 prefill of 256 rows (perf record), and a prompt chunk of one
+ * row of F32 or F16 weights packed whole matrices for it (a tenth of the speed of the
+ * packed panels, /tmp harness). The cost: the packed copy, as many bytes as BF16 or F16
+ * weights, half as many as F32 ones, kept beside the weights as they lie (decode rows read
+ * those). RINGLM_PACKED_WEIGHTS=0 leaves the packing to each product; without the memory
+ * the same.
+ */
+static void pack_weights(cpu *c)
+{
+    const char *env = getenv("RINGLM_PACKED_WEIGHTS");
+    if (env && strcmp(env, "0") == 0) return;
+    const int L = c->c.n_layers;
+    for (int pass = 0; pass < 2; pass++) { /* 0: the bytes, 1: where each matrix goes */
+        size_t off = 0; /* each a multiple of 128 bytes: every matrix on a cache line */
+        for (int l = 0; l < L; l++) {
+            eng_wmat m[CPU_PACKED_MATS];
+            layer_mats(&c->t->layers[l], m);
+            for (int i = 0; i < CPU_PACKED_MATS; i++) {
+                int n, k;
+                mat_shape(c, i, &n, &k);
+                if (!m[i].data || !packs(c, m[i].type)) continue;
+                if (pass) c->packed[l][i] = (const char *)c->packed_mem + off;
+                off += gemm_bf16_packed_bytes(n, k);
+            }
+        }
+        if (pass || !off) continue;
+        c->packed = calloc((size_t)L, sizeof *c->packed);
+        /* on 4 KiB pages: a product reuses each panel's block from the caches, and asking
+         * for 2 MiB pages made the kernel compact memory at start (a daemon start took 8.8
+         * s instead of 0.6, 2.8 s of it in the kernel) */
+        c->packed_mem = c->packed ? rnuma_alloc(off, c->numa_node) : NULL;
+        if (!c->packed_mem) {
+            free(c->packed);
+            c->packed = NULL;
+            return;
+        }
+        c->packed_bytes = off;
+    }
+    if (!c->packed) return;
+    pool_run(&c->workers, L * CPU_PACKED_MATS, pack_task, c);
 }
 
 /* Scratch of n floats on a cache line: malloc's large blocks start 16 bytes into a page, so
@@ -1217,6 +1327,7 @@ static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void *
         err = eng_seterr(err, "cannot start %d worker threads", n_workers);
         goto fail;
     }
+    pack_weights(c);
     *privp = c;
     return 0;
 fail:
@@ -1234,7 +1345,7 @@ static size_t cpu_kv_block_bytes(void *priv)
 static size_t cpu_memory_bytes(void *priv)
 {
     cpu *c = priv;
-    return c->kv_pool_bytes + c->ring_pool_bytes + c->scratch_bytes;
+    return c->kv_pool_bytes + c->ring_pool_bytes + c->scratch_bytes + c->packed_bytes;
 }
 
 static void *cpu_kv_block_ptr(void *priv, int block)
@@ -1383,6 +1494,10 @@ static void cpu_describe(void *priv, char *buf, size_t cap)
         snprintf(buf, cap, "%s projections: integer dots (%s) up to %d rows, %s; %s",
                  eng_wtype_name(wt), q_isa_name(q_isa()), Q_INT_MAX_ROWS, above, blas);
     }
+    const size_t len = strlen(buf);
+    if (c->packed_bytes && len < cap)
+        snprintf(buf + len, cap - len, "; the BF16 tiles' weights packed once at load (%.0f MiB)",
+                 (double)c->packed_bytes / (1 << 20));
 }
 
 typedef struct task_fwd {

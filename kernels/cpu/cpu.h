@@ -93,6 +93,13 @@ typedef struct cpu {
         int *where; /* [max_rows]: the reordered row of each row of the batch */
         size_t table_cap;
     } ord;
+    /* Each layer's dense projections (wq, wk, wv, wo, w1, w2, w3: CPU_PACKED_MATS) that take
+     * gemm_bf16's tiles, packed once at load into its panels (gemm_bf16_pack; NULL: not
+     * packed, the product packs them itself), in one allocation of packed_bytes. */
+#define CPU_PACKED_MATS 7
+    const void *(*packed)[CPU_PACKED_MATS];
+    void *packed_mem;
+    size_t packed_bytes;
     /* the batch being executed (read by the tasks) */
     const eng_batch *b;
     int layer;

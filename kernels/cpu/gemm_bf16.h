@@ -66,4 +66,20 @@ void gemm_bf16_round(int M, int K, const float *x, int ld_x, uint16_t *xr);
 bool gemm_bf16_rounded(int wtype, int M, int N, int K, const uint16_t *xr, const void *w,
                        size_t w_row_bytes, float beta, float *y, int ld_y);
 
+
+/*
+ * Weights packed once (at load) into the panels the product packs per block otherwise, so
+ * that a product only reads them: gemm_bf16_pack writes N rows of K elements of wtype
+ * (w_row_bytes apart) into gemm_bf16_packed_bytes(N, K) bytes at out (64-byte aligned):
+ * panels of 32 rows (the last one padded with zero rows), each over all of K as pairs of
+ * bf16; false, having written nothing, where gemm_bf16 cannot run. gemm_bf16_packed
+ * multiplies rows n0 .. n0 + N of such a matrix (n0 a multiple of 32) by M rows rounded
+ * with gemm_bf16_round, and gives the bits gemm_bf16_rounded gives with the weights as
+ * they lie: the same pairs, summed in the same order.
+ */
+size_t gemm_bf16_packed_bytes(int N, int K);
+bool gemm_bf16_pack(int wtype, int N, int K, const void *w, size_t w_row_bytes, void *out);
+bool gemm_bf16_packed(int M, int N, int K, const uint16_t *xr, const void *wp, int n0, float beta,
+                      float *y, int ld_y);
+
 #endif
