@@ -521,6 +521,11 @@ int main(int argc, char **argv)
                 phd.proj_ns += tmp.proj_ns;
                 phd.attn_ns += tmp.attn_ns;
                 phd.other_ns += tmp.other_ns;
+                phd.regions += tmp.regions;
+                phd.region_ns += tmp.region_ns;
+                phd.caller_task_ns += tmp.caller_task_ns;
+                phd.helper_task_ns += tmp.helper_task_ns;
+                phd.straggler_ns += tmp.straggler_ns;
             }
         }
         eng_phase_stats_get(b.e, NULL, true);
@@ -642,6 +647,13 @@ int main(int argc, char **argv)
                max_seqs, phd.proj_ns * msd, phd.attn_ns * msd, phd.other_ns * msd);
         printf("  step split prefill:   projections %.2f ms, attention %.2f ms, other %.2f ms\n",
                php.proj_ns * msp, php.attn_ns * msp, php.other_ns * msp);
+        if (threads > 1)
+            printf("  decode-%d on the pool: %.0f regions; caller alone %.3f ms, in regions %.3f "
+                   "ms (its tasks %.3f ms, the helpers' %.3f ms, waiting for a helper's %.3f "
+                   "ms)\n",
+                   max_seqs, phd.regions * msd * 1e6, (totd - (double)phd.region_ns) * msd,
+                   phd.region_ns * msd, phd.caller_task_ns * msd, phd.helper_task_ns * msd,
+                   phd.straggler_ns * msd);
         if (threads > 1)
             printf("  prefill on the pool:  %.0f regions; caller alone %.2f ms, in regions %.2f "
                    "ms (its tasks %.2f ms, the helpers' %.2f ms, waiting for a helper's %.2f "
