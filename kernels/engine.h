@@ -551,11 +551,12 @@ typedef const eng_backend_ops *(*eng_backend_entry_fn)(void);
 
 /* Time spent per phase of eng_execute, cumulative since eng_create or the last reset. */
 typedef struct eng_phase_stats {
-    uint64_t steps;    /* eng_execute calls */
-    uint64_t rows;     /* token rows processed */
-    uint64_t proj_ns;  /* projections: QKV, output, FFN and classifier matmuls */
-    uint64_t attn_ns;  /* paged attention (incl. RoPE and KV append) */
-    uint64_t other_ns; /* embedding, RMSNorm, everything else */
+    uint64_t steps;      /* eng_execute calls */
+    uint64_t rows;       /* token rows processed */
+    uint64_t proj_ns;    /* projections: QKV, output, FFN and classifier matmuls */
+    uint64_t attn_ns;    /* paged attention (incl. RoPE and KV append) */
+    uint64_t other_ns;   /* embedding, RMSNorm, everything else */
+    uint64_t experts_ns; /* of proj_ns: a mixture's experts (router, choice, their products) */
     /* the CPU backend's worker pool (see its spin policy in kernels/cpu/cpu.c) */
     uint64_t regions;         /* parallel regions run on the pool */
     uint64_t wake_calls;      /* futex wake system calls made (none while peers spin) */

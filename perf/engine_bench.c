@@ -521,6 +521,7 @@ int main(int argc, char **argv)
                 phd.proj_ns += tmp.proj_ns;
                 phd.attn_ns += tmp.attn_ns;
                 phd.other_ns += tmp.other_ns;
+                phd.experts_ns += tmp.experts_ns;
                 phd.regions += tmp.regions;
                 phd.region_ns += tmp.region_ns;
                 phd.caller_task_ns += tmp.caller_task_ns;
@@ -537,6 +538,7 @@ int main(int argc, char **argv)
         php.proj_ns += tmp.proj_ns;
         php.attn_ns += tmp.attn_ns;
         php.other_ns += tmp.other_ns;
+        php.experts_ns += tmp.experts_ns;
         php.regions += tmp.regions;
         php.region_ns += tmp.region_ns;
         php.caller_task_ns += tmp.caller_task_ns;
@@ -614,7 +616,8 @@ int main(int argc, char **argv)
                "\"decode_tok_s\":%.1f},"
                "\"ratios\":{\"decode1_vs_baseline\":%.2f,\"prefill_vs_baseline\":%.2f},"
                "\"load_ms\":%.1f,\"rss_mib\":%.1f,\"weights\":\"%s\","
-               "\"active_weight_bytes\":%.0f,\"n_expert\":%d,\"n_expert_used\":%d}\n",
+               "\"active_weight_bytes\":%.0f,\"n_expert\":%d,\"n_expert_used\":%d,"
+               "\"experts_ms_per_step\":{\"decode%d\":%.3f,\"prefill\":%.3f}}\n",
                prefill_tok_s, max_seqs, phd.proj_ns * msd, phd.attn_ns * msd, phd.other_ns * msd,
                php.proj_ns * msp, php.attn_ns * msp, php.other_ns * msp, max_seqs,
                phd.proj_ns / totd, phd.attn_ns / totd, phd.other_ns / totd, php.proj_ns / totp,
@@ -622,7 +625,8 @@ int main(int argc, char **argv)
                have_naive ? decode_tok_s[0] / naive_tok_s : 0,
                have_naive ? prefill_tok_s / naive_tok_s : 0, t_load * 1e3, bench_rss_mib(),
                eng_wtype_name(eng_model_hparams_of(m)->weight_type), active_weight_bytes(m),
-               eng_model_hparams_of(m)->n_expert, eng_model_hparams_of(m)->n_expert_used);
+               eng_model_hparams_of(m)->n_expert, eng_model_hparams_of(m)->n_expert_used, max_seqs,
+               phd.experts_ns * msd, php.experts_ns * msp);
     } else {
         printf("engine_bench %s, %d threads, medians of %d repeats [lowest, highest] (%d decode "
                "steps after %d tokens of context)\n",
@@ -647,6 +651,10 @@ int main(int argc, char **argv)
                max_seqs, phd.proj_ns * msd, phd.attn_ns * msd, phd.other_ns * msd);
         printf("  step split prefill:   projections %.2f ms, attention %.2f ms, other %.2f ms\n",
                php.proj_ns * msp, php.attn_ns * msp, php.other_ns * msp);
+        if (eng_model_hparams_of(m)->n_expert)
+            printf("  of the projections, the experts (router, choice, their products): "
+                   "decode-%d %.3f ms, prefill %.3f ms\n",
+                   max_seqs, phd.experts_ns * msd, php.experts_ns * msp);
         if (threads > 1)
             printf("  decode-%d on the pool: %.0f regions; caller alone %.3f ms, in regions %.3f "
                    "ms (its tasks %.3f ms, the helpers' %.3f ms, waiting for a helper's %.3f "

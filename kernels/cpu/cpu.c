@@ -969,7 +969,9 @@ static int cpu_execute(void *priv, const eng_batch *batch, float *logits)
         t0 = pool_now_ns();
         if (lw->router.data) { /* a mixture of experts in place of the FFN */
             moe_ffn(c, lw, T, P);
-            proj += pool_now_ns() - t0;
+            const uint64_t experts = pool_now_ns() - t0;
+            proj += experts;
+            c->stats.experts_ns += experts;
             continue;
         }
         mm_job up = {.w = lw->w1,
