@@ -293,8 +293,10 @@ static void experts_alone_vs_batch(eng_model *m, int n_seqs, int threads, const 
 /* The experts of a layer run as one parallel region whose down products wait for their
  * expert's up products (kernels/cpu/cpu.c moe_ffn): whatever the batch (2 to 33 decode rows,
  * so from a few experts to all 8, one to many rows each) and the workers (1 to 3), a row's
- * logits are those it gets alone. gqa-test's experts are 172 wide (their down products stay
- * F16 in the quantized files), quant-test's 384 (every product quantized). */
+ * logits are those it gets alone. A row alone on 2 workers takes one whole expert a task (its
+ * 2 experts split evenly), on 3 the experts' chunks. gqa-test's experts are 172 wide (their
+ * down products stay F16 in the quantized files), quant-test's 384 (every product
+ * quantized). */
 Test(engine_inv, experts_decode_rows_alone_equal_any_batch_and_worker_count, .init = mk_tmpdir,
      .fini = rm_tmpdir, .timeout = 300)
 {
@@ -306,7 +308,7 @@ Test(engine_inv, experts_decode_rows_alone_equal_any_batch_and_worker_count, .in
                  {"synthetic:quant-test:3", "Q8_0", 0},   {"synthetic:quant-test:3", "Q4_0", 0}};
     static const struct {
         int seqs, threads;
-    } runs[] = {{33, 2}, {7, 3}, {2, 2}};
+    } runs[] = {{33, 2}, {7, 3}, {2, 2}, {1, 2}, {1, 3}};
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
         char path[512], what[96];
         snprintf(path, sizeof path, "%s/moe-%zu.gguf", tmpdir, f);
