@@ -675,23 +675,24 @@ static void kt1_clear(const kt1_s *s, int m, int64_t nsb, int R)
     }
 }
 
-/* The exact sums of 256 bytes of x (xq) times the unpacked weights q (4 x 64 values) by the
- * int16 scales sc of each pair, from I0, stored as 4 lanes at I: maddubs, then vpdpwssd in two
- * chains. */
+/* The exact sums of 256 bytes of x (xq) times the unpacked weights q (4 x 64 unsigned values)
+ * by the scales of their sub-blocks, from I0, stored as 4 lanes at I: vpdpbusd sums each 4
+ * products in a dword (|sum| < 2^15: 4 x 63 x 128 at most), vpackssdw packs those of q[2h] and
+ * q[2h + 1] to words (exactly: no sum saturates), and vpdpwssd multiplies each word pair by its
+ * sub-block's scale (sc[h]: the scale of each word) and adds. */
 VNNI512 static inline __attribute__((always_inline)) void
-kt1_dot(const __m512i q[4], const __m512i sc[4], const int8_t *xq, __m512i I0, int32_t *I)
+kt1_dot(const __m512i q[4], const __m512i sc[2], const int8_t *xq, __m512i I0, int32_t *I)
 {
-    __m512i I1 = _mm512_setzero_si512();
+    const __m512i z = _mm512_setzero_si512();
 #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
-        I0 = _mm512_dpwssd_epi32(
-            I0, _mm512_maddubs_epi16(q[2 * h], _mm512_loadu_si512(xq + 128 * h)), sc[2 * h]);
-        I1 = _mm512_dpwssd_epi32(
-            I1, _mm512_maddubs_epi16(q[2 * h + 1], _mm512_loadu_si512(xq + 128 * h + 64)),
-            sc[2 * h + 1]);
+        const __m512i a = _mm512_dpbusd_epi32(z, q[2 * h], _mm512_loadu_si512(xq + 128 * h));
+        const __m512i b =
+            _mm512_dpbusd_epi32(z, q[2 * h + 1], _mm512_loadu_si512(xq + 128 * h + 64));
+        I0 = _mm512_dpwssd_epi32(I0, _mm512_packs_epi32(a, b), sc[h]);
     }
-    const __m512i t = _mm512_add_epi32(I0, I1);
-    const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1));
+    const __m256i h =
+        _mm256_add_epi32(_mm512_castsi512_si256(I0), _mm512_extracti64x4_epi64(I0, 1));
     _mm_storeu_si128((__m128i *)I,
                      _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
 }
@@ -699,10 +700,9 @@ kt1_dot(const __m512i q[4], const __m512i sc[4], const int8_t *xq, __m512i I0, i
 /* Q4_K (Q5_K where FIVE), a few rows (R, a constant, 1..KT1_ROWS) against the weights as they
  * lie: each 64 bytes of q hold blocks 4i and 4i + 2 in their low nibbles, 4i + 1 and 4i + 3 in
  * their high ones (Q5_K: the fifth bits, bit j of qh's 32 bytes for block j, broadcast to both
- * halves and shifted per half), dotted with x in that order (kt_x's q1): maddubs pairs, and
- * vpdpwssd multiplies in each block's scale (a pshufb of the 8 scales in int16, each 128 bits
- * the same) and adds, in two chains. The weights are unpacked once for the R rows; the
- * minimums are taken for the 16 rows at the end (kt1_end). */
+ * halves and shifted per half), dotted with x in that order (kt_x's q1) by kt1_dot, each
+ * block's scale a pshufb of the 8 scales in int16 (each 128 bits the same). The weights are
+ * unpacked once for the R rows; the minimums are taken for the 16 rows at the end (kt1_end). */
 VNNI512 static inline __attribute__((always_inline)) void
 kt1_k45(const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a, const kt1_s *s,
         float beta, float *y, int ld_y, const bool FIVE, const int R)
@@ -717,13 +717,15 @@ kt1_k45(const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a, const
             _mm256_set1_epi16((short)(4 * (j / 2) + j % 2 + 2)), 1);
     const int64_t k = nb * 32, nsb = nb / 8;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512i pick[4]; /* int16 lanes 0-15 of the low nibbles of 64 bytes: scale of block 4 (j / 2)
-                      * + j % 2, lanes 16-31: of that + 2 */
-    for (int j = 0; j < 4; j++) {
+    /* the scale of each word of kt1_dot's packs, from the 8 int16 scales in each 128 bits: q[2h]
+     * holds blocks 4h and 4h + 2 (128-bit lanes 0-1 and 2-3), q[2h + 1] blocks 4h + 1 and
+     * 4h + 3, and a pack's 128-bit lane has 4 words of each */
+    __m512i pick[2];
+    for (int h = 0; h < 2; h++) {
         int8_t ix[64];
         for (int t = 0; t < 64; t++)
-            ix[t] = (int8_t)(2 * (4 * (j / 2) + j % 2 + 2 * (t >= 32)) + (t & 1));
-        pick[j] = _mm512_loadu_si512(ix);
+            ix[t] = (int8_t)(2 * (4 * h + 2 * (t >= 32) + (t % 16 >= 8)) + (t & 1));
+        pick[h] = _mm512_loadu_si512(ix);
     }
     if (m < 16) kt1_clear(s, m, nsb, R);
     for (int i = 0; i < m; i++) {
@@ -736,7 +738,7 @@ kt1_k45(const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a, const
             const __m512i sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(u));
             _mm_storeu_si128((__m128i *)mn, _mm_cvtepu8_epi16(_mm_srli_si128(u, 8)));
             memcpy(s->dd + sb * 16 + i, b, 4); /* d, dmin */
-            __m512i q[4], sc[4];
+            __m512i q[4], sc[2];
 #pragma GCC unroll 2
             for (int j2 = 0; j2 < 2; j2++) {
                 const __m512i qv = _mm512_loadu_si512(b + qs_at + 64 * j2);
@@ -752,8 +754,8 @@ kt1_k45(const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a, const
                         q[j],
                         _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(H, shift[j]), m1), 4));
             }
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) sc[j] = _mm512_shuffle_epi8(sc16, pick[j]);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) sc[h] = _mm512_shuffle_epi8(sc16, pick[h]);
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++)
                 kt1_dot(q, sc, a->kt.q1 + r * k + sb * QK_K, _mm512_setzero_si512(),
@@ -781,8 +783,8 @@ VNNI512 static inline __attribute__((always_inline)) void kt1_q5_k(const char *w
 
 /* Q6_K, a few rows: per half of 128 elements, ql's 64 bytes (low nibbles: chunks 0 and 1,
  * high: 2 and 3, x as it lies) with qh's 32 broadcast to both halves and shifted per half to
- * bits 4-5; maddubs pairs, vpdpwssd by the scale of each 16 (two chains), from -32 x each
- * scale x the sums of x per 16 (Q8_K's). The weights are unpacked once for the R rows. */
+ * bits 4-5; kt1_dot by the scale of each 16, from -32 x each scale x the sums of x per 16
+ * (Q8_K's). The weights are unpacked once for the R rows. */
 VNNI512 static inline __attribute__((always_inline)) void kt1_q6_k(const char *w, size_t rb, int m,
                                                                    int64_t nb, const struct q_xq *a,
                                                                    const kt1_s *s, float beta,
@@ -794,11 +796,13 @@ VNNI512 static inline __attribute__((always_inline)) void kt1_q6_k(const char *w
     const __m512i shl =
         _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(4)), _mm256_set1_epi16(2), 1);
     const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-    __m512i pick[4]; /* int16 lane t of the z-th 64 elements: the scale of 16s 4z + t / 8 */
-    for (int zz = 0; zz < 4; zz++) {
+    /* the scale of each word of kt1_dot's packs: q[2h] holds the 16s 8h .. 8h + 3 (a 128-bit
+     * lane each), q[2h + 1] 8h + 4 .. 8h + 7, and a pack's 128-bit lane L has 4 words of each */
+    __m512i pick[2];
+    for (int h = 0; h < 2; h++) {
         int16_t ix[32];
-        for (int t = 0; t < 32; t++) ix[t] = (int16_t)(4 * zz + t / 8);
-        pick[zz] = _mm512_loadu_si512(ix);
+        for (int t = 0; t < 32; t++) ix[t] = (int16_t)(8 * h + t / 8 + 4 * (t % 8 >= 4));
+        pick[h] = _mm512_loadu_si512(ix);
     }
     if (m < 16) kt1_clear(s, m, nsb, R);
     for (int i = 0; i < m; i++) {
@@ -810,7 +814,7 @@ VNNI512 static inline __attribute__((always_inline)) void kt1_q6_k(const char *w
             const __m512i scz = _mm512_inserti64x4(_mm512_castsi256_si512(sc16), sc16, 1);
             const __m256i scn = _mm256_mullo_epi16(sc16, _mm256_set1_epi16(-32));
             s->dd[sb * 16 + i] = b->d;
-            __m512i q[4], sc[4];
+            __m512i q[4], sc[2];
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
                 const __m512i L = _mm512_loadu_si512(b->ql + 64 * h);
@@ -822,8 +826,8 @@ VNNI512 static inline __attribute__((always_inline)) void kt1_q6_k(const char *w
                     m4, _mm512_srli_epi16(L, 4), _mm512_and_si512(_mm512_srlv_epi16(H, shr), m30),
                     0xCA);
             }
-#pragma GCC unroll 4
-            for (int z = 0; z < 4; z++) sc[z] = _mm512_permutexvar_epi16(pick[z], scz);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) sc[h] = _mm512_permutexvar_epi16(pick[h], scz);
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
                 const __m256i off = _mm256_madd_epi16(
