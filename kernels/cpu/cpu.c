@@ -1166,10 +1166,10 @@ static void pack_weights(cpu *c)
         }
         if (pass || !off) continue;
         c->packed = calloc((size_t)L, sizeof *c->packed);
-        /* on 4 KiB pages: a product reuses each panel's block from the caches, and asking
-         * for 2 MiB pages made the kernel compact memory at start (a daemon start took 8.8
-         * s instead of 0.6, 2.8 s of it in the kernel) */
-        c->packed_mem = c->packed ? rnuma_alloc(off, c->numa_node) : NULL;
+        /* on 2 MiB pages, as the weights: a prompt chunk of a few rows streams the panels
+         * (1 and 4 rows of F32 weights 1.06-1.47x faster than on 4 KiB pages, 256 rows
+         * alike: results/2026-12-07-bf16-prefill-zen4-s14.md) */
+        c->packed_mem = c->packed ? rnuma_alloc_huge(off, c->numa_node) : NULL;
         if (!c->packed_mem) {
             free(c->packed);
             c->packed = NULL;
