@@ -598,8 +598,8 @@ VNNI512 void qk_kt1_q6_k(const char *w, size_t rb, int m, int64_t nb, const stru
                          void *scratch, float beta, float *y, int ld_y);
 /* Q2_K, Q3_K and IQ4_XS (qk_kt_k23) in the same arithmetic (quant_k23.c; Q2_K's minimums per
  * 16 meet the sums of x per 16, xq8's ks): the a->rows (1..KT1_ROWS) rows of a times the n
- * weight rows at w as they lie (xp: qk_kt1_k23_scratch bytes, 64-aligned, where the rows are
- * laid out for it); the m rows at w packed into a tile (tmp: VT_COLS x k bytes; the tile's mn:
+ * weight rows at w as they lie (xp: qk_kt1_k23_scratch bytes, 64-aligned: the rows laid out
+ * for it, and a tile's sums); the m rows at w packed into a tile (tmp: VT_COLS x k bytes; the tile's mn:
  * [nb / 8][8][16], Q2_K's minimums in int16 pairs); and the R rows from r0 of a (kt_x, and
  * xq8's ks) times such a tile. */
 size_t qk_kt1_k23_scratch(int rows, int64_t k);

@@ -228,10 +228,11 @@ VNNI512 static inline AI __m512i k23_rot(__m512i v, const int z)
 }
 
 /* One superblock in lane order: q[z] unsigned bytes (Q2_K 0..3, Q3_K 0..7, IQ4_XS the grid
- * value + 128), sc the 16 lanes' scales (int32), mn Q2_K's minimums, s d and (Q2_K) dmin. */
+ * value + 128), sc the 16 lanes' scales (int32), mn Q2_K's sixteen minimums in their own order
+ * (int16). */
 typedef struct k23_lsb {
-    __m512i q[4], sc, mn;
-    __m128 s;
+    __m512i q[4], sc;
+    __m256i mn;
 } k23_lsb;
 
 VNNI512 static inline AI void k23_lanes(const int TYPE, const char *b, k23_lsb *u)
@@ -258,19 +259,13 @@ VNNI512 static inline AI void k23_lanes(const int TYPE, const char *b, k23_lsb *
                           : ql;
         }
         if (TYPE == Q_Q2_K) {
-            const blk_q2_k *x = (const blk_q2_k *)b;
-            const __m128i raw = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)x->scales), perm);
+            const __m128i raw = _mm_loadu_si128((const __m128i *)((const blk_q2_k *)b)->scales);
             const __m128i m4 = _mm_set1_epi8(0x0F);
-            u->sc = _mm512_cvtepu8_epi32(_mm_and_si128(raw, m4));
-            u->mn = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), m4));
-            int dd; /* d, dmin */
-            memcpy(&dd, &x->d, sizeof dd);
-            u->s = _mm_cvtph_ps(_mm_cvtsi32_si128(dd));
-        } else {
-            const blk_q3_k *x = (const blk_q3_k *)b;
-            u->sc = _mm512_cvtepi8_epi32(_mm_shuffle_epi8(k23_q3k_scales(x), perm));
-            u->s = _mm_cvtph_ps(_mm_cvtsi32_si128(x->d));
-        }
+            u->sc = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_shuffle_epi8(raw, perm), m4));
+            u->mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m4));
+        } else
+            u->sc =
+                _mm512_cvtepi8_epi32(_mm_shuffle_epi8(k23_q3k_scales((const blk_q3_k *)b), perm));
     } else { /* Q_IQ4_XS */
         const blk_iq4_xs *x = (const blk_iq4_xs *)b;
         const __m512i lo = _mm512_loadu_si512(x->qs), hi = _mm512_loadu_si512(x->qs + 64);
@@ -287,73 +282,113 @@ VNNI512 static inline AI void k23_lanes(const int TYPE, const char *b, k23_lsb *
         u->sc = _mm512_permutexvar_epi32(
             _mm512_setr_epi32(0, 0, 4, 4, 1, 1, 5, 5, 2, 2, 6, 6, 3, 3, 7, 7),
             _mm512_zextsi256_si512(_mm256_cvtepi16_epi32(k23_iq4xs_scales(x))));
-        u->s = _mm_cvtph_ps(_mm_cvtsi32_si128(x->d));
     }
 }
 
-/* The 16 int32 lanes of v summed into 8 (exact). */
-VNNI512 static inline AI __m256i k23_fold(__m512i v)
+/* The one-row kernels stream the weights row after row and leave, per weight row, activation
+ * row and 256, the integer sums in 4 lanes at the row's slot (k23_s); a tile's 16 rows then
+ * end together: their lanes summed into one vector of 16 sums, the float steps taken for the
+ * 16 rows in one vector, as the tiles' kernel takes them (qk_kt1_q4_k's scheme in
+ * quant_kquants.c). Each row's own reduction and scalar float steps, in their latency, took
+ * about a third of Q2_K's time. */
+typedef struct k23_s {
+    int8_t *xp;  /* [R][nsb][K23_XSB]: the activation rows in lane order (k23_xlanes) */
+    int32_t *I;  /* [R][nsb][16 slots][4] */
+    int32_t *M;  /* [R][nsb][16 slots][4]: Q2_K's minimums by the sums of x */
+    int32_t *dd; /* [nsb][16]: d (low half) and Q2_K's dmin (high) of each weight row, f16 */
+} k23_s;
+
+size_t qk_kt1_k23_scratch(int rows, int64_t k)
 {
-    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+    const size_t nsb = (size_t)(k / QK_K);
+    return (size_t)rows * nsb * (K23_XSB + 2 * 256) + nsb * 64;
 }
 
-/* The exact sums of the 8 int32 lanes of a, b, c and d, as floats in that order. */
-VNNI512 static inline AI __m128 k23_sums4(__m256i a, __m256i b, __m256i c, __m256i d)
+static k23_s k23_carve(int8_t *buf, int rows, int64_t nsb)
 {
-    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
-    return _mm_cvtepi32_ps(
-        _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+    const size_t xb = (size_t)rows * (size_t)nsb * K23_XSB, ib = (size_t)rows * (size_t)nsb * 256;
+    return (k23_s){.xp = buf,
+                   .I = (int32_t *)(buf + xb),
+                   .M = (int32_t *)(buf + xb + ib),
+                   .dd = (int32_t *)(buf + xb + 2 * ib)};
 }
 
-/* Lane j of v in lane 0. */
-VNNI512 static inline AI __m128 k23_lane(__m128 v, const int j)
+/* Weight row i's slot: rows i, i + 4, i + 8, i + 12 side by side, so that the 4 x 4
+ * transposes of k23_sum16 put the 16 rows in order. */
+static inline int k23_slot(int i)
 {
-    return j == 0   ? v
-           : j == 1 ? _mm_movehdup_ps(v)
-           : j == 2 ? _mm_movehl_ps(v, v)
-                    : _mm_shuffle_ps(v, v, 3);
+    return 4 * (i % 4) + i / 4;
 }
 
-/* Superblocks a row takes at a time (K23_SBG; Q2_K, with its minimums, half): their integer
- * sums are reduced together, one tree of vphaddd for 4 sums, and their float steps then
- * taken in order. Reduced one superblock at a time, the reduction's latency held up each
- * superblock (most of the time of Q3_K's one row was spent waiting there). */
-#define K23_SBG 4
-
-/* R (a constant, 1..KT1_ROWS) activation rows (in lane order, xp) times the weight row at w,
- * into out[r][i]: each superblock unpacked once for the R rows; per row 4 vpdpbusd in two
- * chains, less the offsets, by the scales (Q2_K: its minimums by the sums of x), the lanes
- * summed, one float step per superblock. (Two weight rows side by side, sharing the sums'
- * reduction, took the same time in cache and 1.1-1.3x the time from memory: two interleaved
- * streams.) */
-VNNI512 static inline AI void kt1_k23_row(const int TYPE, const char *w, int64_t nb,
-                                          const int8_t *xp, float out[KT1_ROWS][VT_COLS], int i,
-                                          const struct q_xq *a, const int R)
+/* The lines of the superblock K23_PF_BYTES ahead of the one at b, to the cache (the hardware
+ * prefetcher alone lags a row streamed at this rate; Q4_K's kernels found the same). It may
+ * reach past the matrix: a prefetch never faults. */
+#define K23_PF_BYTES 4096
+VNNI512 static inline AI void k23_prefetch(const char *b)
 {
-    const int64_t nsb = nb / 8;
+    _mm_prefetch(b + K23_PF_BYTES, _MM_HINT_T0);
+    _mm_prefetch(b + K23_PF_BYTES + 64, _MM_HINT_T0);
+}
+
+/* v's 16 int32 lanes summed into 4 (exact), stored at o. */
+VNNI512 static inline AI void k23_put4(int32_t *o, __m512i v)
+{
+    const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+    _mm_storeu_si128((__m128i *)o,
+                     _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+}
+
+/* Lane i: the sum of the 4 lanes of weight row i at its slot of v. */
+VNNI512 static inline AI __m512i k23_sum16(const int32_t *v)
+{
+    const __m512i a0 = _mm512_loadu_si512(v), a1 = _mm512_loadu_si512(v + 16);
+    const __m512i a2 = _mm512_loadu_si512(v + 32), a3 = _mm512_loadu_si512(v + 48);
+    const __m512i p0 =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(a0, a1), _mm512_unpackhi_epi32(a0, a1));
+    const __m512i p1 =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(a2, a3), _mm512_unpackhi_epi32(a2, a3));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(p0, p1), _mm512_unpackhi_epi64(p0, p1));
+}
+
+/* R (a constant, 1..KT1_ROWS) activation rows (in lane order, s->xp) times the m (<= VT_COLS)
+ * weight rows at w, into y's columns 0..m-1: each superblock unpacked once for the R rows; per
+ * row 4 vpdpbusd in two chains, less the offsets, by the scales, to 4 lanes (Q2_K: its
+ * minimums by the sums of x per 16, vpmaddwd); then the tile's end. */
+VNNI512 static inline AI void kt1_k23_tile(const int TYPE, const char *w, size_t rb, int m,
+                                           int64_t nb, const struct q_xq *a, const k23_s *s,
+                                           float beta, float *y, int ld_y, const int R)
+{
+    const int64_t nsb = nb / 8, k = nb * 32;
     const size_t bsz = k23_block_bytes(TYPE);
-    const int G = TYPE == Q_Q2_K ? K23_SBG / 2 : K23_SBG;
-    __m128 acc[KT1_ROWS];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++) acc[r] = _mm_setzero_ps();
-    for (int64_t s0 = 0; s0 < nsb; s0 += G) {
-        const int cnt = nsb - s0 < G ? (int)(nsb - s0) : G;
-        __m256i I8[KT1_ROWS][K23_SBG], M8[KT1_ROWS][K23_SBG];
-        __m128 s[K23_SBG];
-#pragma GCC unroll 4
-        for (int j = 0; j < G; j++) {
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++) I8[r][j] = M8[r][j] = _mm256_setzero_si256();
-            s[j] = _mm_setzero_ps();
-            if (j >= cnt) continue;
-            const int64_t sb = s0 + j;
+    const size_t d_at = TYPE == Q_Q2_K   ? offsetof(blk_q2_k, d)
+                        : TYPE == Q_Q3_K ? offsetof(blk_q3_k, d)
+                                         : offsetof(blk_iq4_xs, d);
+    if (m < VT_COLS) /* the rows past m: zero sums and scales, so that their lanes hold numbers */
+        for (int64_t sb = 0; sb < nsb; sb++)
+            for (int i = m; i < VT_COLS; i++) {
+                s->dd[sb * 16 + i] = 0;
+                for (int r = 0; r < R; r++) {
+                    memset(s->I + ((r * nsb + sb) * 16 + k23_slot(i)) * 4, 0, 16);
+                    memset(s->M + ((r * nsb + sb) * 16 + k23_slot(i)) * 4, 0, 16);
+                }
+            }
+    for (int i = 0; i < m; i++) {
+        const char *b = w + (size_t)i * rb;
+        const int slot = k23_slot(i);
+        for (int64_t sb = 0; sb < nsb; sb++, b += bsz) {
+            k23_prefetch(b);
             k23_lsb u;
-            k23_lanes(TYPE, w + (size_t)sb * bsz, &u);
-            s[j] = u.s;
+            k23_lanes(TYPE, b, &u);
+            if (TYPE == Q_Q2_K)
+                memcpy(s->dd + sb * 16 + i, b + d_at, 4); /* d, dmin */
+            else {
+                uint16_t d;
+                memcpy(&d, b + d_at, 2);
+                s->dd[sb * 16 + i] = d;
+            }
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
-                const int8_t *xr = xp + (r * nsb + sb) * K23_XSB;
-                const __m512i off = _mm512_loadu_si512(xr + 256);
+                const int8_t *xr = s->xp + (r * nsb + sb) * K23_XSB;
                 __m512i P0 =
                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), u.q[0], _mm512_loadu_si512(xr));
                 __m512i P1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u.q[1],
@@ -361,67 +396,67 @@ VNNI512 static inline AI void kt1_k23_row(const int TYPE, const char *w, int64_t
                 P0 = _mm512_dpbusd_epi32(P0, u.q[2], _mm512_loadu_si512(xr + 128));
                 P1 = _mm512_dpbusd_epi32(P1, u.q[3], _mm512_loadu_si512(xr + 192));
                 __m512i P = _mm512_add_epi32(P0, P1);
-                if (TYPE != Q_Q2_K) P = _mm512_sub_epi32(P, off);
-                I8[r][j] = k23_fold(_mm512_mullo_epi32(P, u.sc));
-                if (TYPE == Q_Q2_K) M8[r][j] = k23_fold(_mm512_mullo_epi32(off, u.mn));
+                const int64_t o = ((r * nsb + sb) * 16 + slot) * 4;
+                if (TYPE != Q_Q2_K) P = _mm512_sub_epi32(P, _mm512_loadu_si512(xr + 256));
+                k23_put4(s->I + o, _mm512_mullo_epi32(P, u.sc));
+                if (TYPE == Q_Q2_K) {
+                    const __m256i M8 = _mm256_madd_epi16(
+                        u.mn,
+                        _mm256_loadu_si256((const __m256i *)(a->xq.ks + r * (k / 16) + sb * 16)));
+                    _mm_storeu_si128(
+                        (__m128i *)(s->M + o),
+                        _mm_add_epi32(_mm256_castsi256_si128(M8), _mm256_extracti128_si256(M8, 1)));
+                }
             }
         }
+    }
+    __m512 acc[KT1_ROWS];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < nsb; sb++) {
+        const __m512i dd = _mm512_loadu_si512(s->dd + sb * 16);
+        const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
+        const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            /* Q2_K: I, M of each superblock; the others: I of each */
-            const __m128 f = TYPE == Q_Q2_K ? k23_sums4(I8[r][0], M8[r][0], I8[r][1], M8[r][1])
-                                            : k23_sums4(I8[r][0], I8[r][1], I8[r][2], I8[r][3]);
-#pragma GCC unroll 4
-            for (int j = 0; j < G; j++) {
-                if (j >= cnt) break;
-                const __m128 sdx = _mm_mul_ps(s[j], _mm_set1_ps(a->xq.kd[r * nsb + s0 + j]));
-                if (TYPE == Q_Q2_K) {
-                    acc[r] = _mm_fmadd_ss(k23_lane(f, 2 * j), sdx, acc[r]);
-                    acc[r] = _mm_fnmadd_ss(k23_lane(f, 2 * j + 1), _mm_movehdup_ps(sdx), acc[r]);
-                } else
-                    acc[r] = _mm_fmadd_ss(k23_lane(f, j), sdx, acc[r]);
-            }
+            const __m512 dx = _mm512_set1_ps(a->xq.kd[r * nsb + sb]);
+            const int64_t o = (r * nsb + sb) * 64;
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(k23_sum16(s->I + o)), _mm512_mul_ps(d, dx),
+                                     acc[r]);
+            if (TYPE == Q_Q2_K)
+                acc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(k23_sum16(s->M + o)),
+                                          _mm512_mul_ps(dmin, dx), acc[r]);
         }
     }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++) out[r][i] = _mm_cvtss_f32(acc[r]);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        k23_store(y + (size_t)r * ld_y, acc[r], beta, (__mmask16)((1u << m) - 1));
 }
 
-/* The a->rows activation rows times the n weight rows at w, as they lie, one after the other,
- * 16 outputs a store. */
+/* The a->rows activation rows times the n weight rows at w, as they lie, VT_COLS at a time. */
 VNNI512 static inline AI void kt1_k23(const int TYPE, const char *w, size_t rb, int n, int64_t nb,
-                                      const struct q_xq *a, int8_t *xp, float beta, float *y,
+                                      const struct q_xq *a, const k23_s *s, float beta, float *y,
                                       int ld_y, const int R)
 {
-    k23_xlanes(TYPE, a, nb, xp);
-    for (int i0 = 0; i0 < n; i0 += VT_COLS) {
-        const int m = n - i0 < VT_COLS ? n - i0 : VT_COLS;
-        float out[KT1_ROWS][VT_COLS] = {{0}};
-        for (int i = 0; i < m; i++)
-            kt1_k23_row(TYPE, w + (size_t)(i0 + i) * rb, nb, xp, out, i, a, R);
-        for (int r = 0; r < R; r++)
-            k23_store(y + (size_t)r * ld_y + i0, _mm512_loadu_ps(out[r]), beta,
-                      (__mmask16)((1u << m) - 1));
-    }
+    k23_xlanes(TYPE, a, nb, s->xp);
+    for (int i0 = 0; i0 < n; i0 += VT_COLS)
+        kt1_k23_tile(TYPE, w + (size_t)i0 * rb, rb, n - i0 < VT_COLS ? n - i0 : VT_COLS, nb, a, s,
+                     beta, y + i0, ld_y, R);
 }
 
 #define K23_TYPES(X) X(Q_Q2_K) X(Q_Q3_K) X(Q_IQ4_XS)
 
-size_t qk_kt1_k23_scratch(int rows, int64_t k)
-{
-    return (size_t)rows * (size_t)(k / QK_K) * K23_XSB;
-}
-
 VNNI512 void qk_kt1_k23(int type, const char *w, size_t rb, int n, int64_t nb, const struct q_xq *a,
                         int8_t *xp, float beta, float *y, int ld_y)
 {
+    const k23_s s = k23_carve(xp, a->rows, nb / 8);
 #define K23_KT1(T)                                                                                 \
     case T:                                                                                        \
         switch (a->rows) {                                                                         \
-        case 1: kt1_k23(T, w, rb, n, nb, a, xp, beta, y, ld_y, 1); break;                          \
-        case 2: kt1_k23(T, w, rb, n, nb, a, xp, beta, y, ld_y, 2); break;                          \
-        case 3: kt1_k23(T, w, rb, n, nb, a, xp, beta, y, ld_y, 3); break;                          \
-        default: kt1_k23(T, w, rb, n, nb, a, xp, beta, y, ld_y, 4); break;                         \
+        case 1: kt1_k23(T, w, rb, n, nb, a, &s, beta, y, ld_y, 1); break;                          \
+        case 2: kt1_k23(T, w, rb, n, nb, a, &s, beta, y, ld_y, 2); break;                          \
+        case 3: kt1_k23(T, w, rb, n, nb, a, &s, beta, y, ld_y, 3); break;                          \
+        default: kt1_k23(T, w, rb, n, nb, a, &s, beta, y, ld_y, 4); break;                         \
         }                                                                                          \
         break;
     switch (type) {
