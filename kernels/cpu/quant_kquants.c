@@ -567,16 +567,17 @@ typedef struct kt1_s {
     int16_t *mn; /* [nb / 8][16 slots][8] */
 } kt1_s;
 
-/* The block KT1_PF_BYTES ahead of the one at b, to the cache (its lines; the last may be
- * the next block's first). The weights stream row after row; the hardware prefetcher alone
- * left one row at 0.83-0.90x this (Q4_K, Q6_K; 0.79x at 4 rows). The prefetch may reach past
- * the matrix: it never faults. */
+/* The block KT1_PF_BYTES ahead of the one at b, to the cache: LINES lines from its start,
+ * 64 bytes apart, reach its last byte (Q4_K's 144 and Q5_K's 176 bytes: 3; Q6_K's 210: 4, where
+ * 3 left a line of ~28% of the blocks to the demand load). The weights stream row after row;
+ * the hardware prefetcher alone left one row at 0.83-0.90x this (Q4_K, Q6_K; 0.79x at 4 rows).
+ * The prefetch may reach past the matrix: it never faults. */
 #define KT1_PF_BYTES 4096
-VNNI512 static inline __attribute__((always_inline)) void kt1_prefetch(const char *b)
+VNNI512 static inline __attribute__((always_inline)) void kt1_prefetch(const char *b,
+                                                                       const int LINES)
 {
-    _mm_prefetch(b + KT1_PF_BYTES, _MM_HINT_T0);
-    _mm_prefetch(b + KT1_PF_BYTES + 64, _MM_HINT_T0);
-    _mm_prefetch(b + KT1_PF_BYTES + 128, _MM_HINT_T0);
+#pragma GCC unroll 4
+    for (int l = 0; l < LINES; l++) _mm_prefetch(b + KT1_PF_BYTES + 64 * l, _MM_HINT_T0);
 }
 
 static inline int kt1_slot(int i)
@@ -733,7 +734,7 @@ kt1_k45(const char *w, size_t rb, int m, int64_t nb, const struct q_xq *a, const
         const int slot = kt1_slot(i);
         int16_t *mn = s->mn + 8 * slot;
         for (int64_t sb = 0; sb < nsb; sb++, b += bsz, mn += 128) {
-            kt1_prefetch(b);
+            kt1_prefetch(b, 3);
             const __m128i u = k4_scales_v((const uint8_t *)b + 4); /* 8 scales, 8 minimums */
             const __m512i sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(u));
             _mm_storeu_si128((__m128i *)mn, _mm_cvtepu8_epi16(_mm_srli_si128(u, 8)));
@@ -809,7 +810,7 @@ VNNI512 static inline __attribute__((always_inline)) void kt1_q6_k(const char *w
         const blk_q6_k *b = (const blk_q6_k *)(w + (size_t)i * rb);
         const int slot = kt1_slot(i);
         for (int64_t sb = 0; sb < nsb; sb++, b++) {
-            kt1_prefetch((const char *)b);
+            kt1_prefetch((const char *)b, 4);
             const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
             const __m512i scz = _mm512_inserti64x4(_mm512_castsi256_si512(sc16), sc16, 1);
             const __m256i scn = _mm256_mullo_epi16(sc16, _mm256_set1_epi16(-32));
