@@ -81,6 +81,10 @@ static void usage(FILE *f)
         "  --threads N              engine worker threads (default 1)\n"
         "  --prompt-exact           CPU, F32/F16 weights: prompt rows in exact float32 too\n"
         "                           (default: AVX-512 BF16 tiles where the CPU has them)\n"
+        "  --packed-weights auto|on|off  CPU with AVX-512 BF16: a copy of the BF16 tiles'\n"
+        "                           weights packed once at start (faster prompts, as many\n"
+        "                           bytes as BF16/F16 projections); auto (default): where it\n"
+        "                           takes at most half of the memory available at start\n"
         "  --kv-blocks N            device KV pool blocks (default 1024)\n"
         "  --kv-block-size N        tokens per KV block (default 16)\n"
         "  --kv-rings N|off         a model with windowed and global layers (gemma2, gemma3;\n"
@@ -523,6 +527,7 @@ int main(int argc, char **argv)
         O_CUDADTYPE,
         O_NOGRAPHS,
         O_PROMPTEXACT,
+        O_PACKED,
         O_GWUSER
     };
     static const struct option opts[] = {
@@ -553,6 +558,7 @@ int main(int argc, char **argv)
         {"cuda-dtype", required_argument, 0, O_CUDADTYPE},
         {"no-cuda-graphs", no_argument, 0, O_NOGRAPHS},
         {"prompt-exact", no_argument, 0, O_PROMPTEXACT},
+        {"packed-weights", required_argument, 0, O_PACKED},
         {"kv-blocks", required_argument, 0, O_KVB},
         {"kv-rings", required_argument, 0, O_KVRINGS},
         {"kv-ring-snapshot-bytes", required_argument, 0, O_KVSNAPS},
@@ -703,6 +709,19 @@ int main(int argc, char **argv)
             break;
         case O_NOGRAPHS: sc.cuda_no_graphs = true; break;
         case O_PROMPTEXACT: sc.prompt_exact = true; break;
+        case O_PACKED:
+            if (!strcmp(optarg, "auto"))
+                sc.packed_weights = ENG_PACK_AUTO;
+            else if (!strcmp(optarg, "on"))
+                sc.packed_weights = ENG_PACK_ON;
+            else if (!strcmp(optarg, "off"))
+                sc.packed_weights = ENG_PACK_OFF;
+            else {
+                fprintf(stderr, "ringlmd: --packed-weights '%s': expected auto, on or off\n",
+                        optarg);
+                return 2;
+            }
+            break;
         case O_KVB:
             if (parse_uint("--kv-blocks", optarg, 1u << 24, &v)) return 2;
             if (!v) {

@@ -474,6 +474,7 @@ int svc_create(const svc_config *cfg, svc **out)
                       .cuda_dtype = (eng_cuda_dtype)s->cfg.cuda_dtype,
                       .cuda_no_graphs = s->cfg.cuda_no_graphs,
                       .prompt_exact = s->cfg.prompt_exact,
+                      .packed_weights = s->cfg.packed_weights,
                       .kv_rings = kv_rings,
                       .kv_ring_rows = ring_rows};
     rc = eng_create(s->model, &eo, &s->engine);

@@ -44,6 +44,7 @@ typedef struct svc_config {
     int cuda_dtype;           /* --cuda-dtype: eng_cuda_dtype (0: bf16) */
     bool cuda_no_graphs;      /* --no-cuda-graphs */
     bool prompt_exact;        /* --prompt-exact (eng_options.prompt_exact) */
+    int packed_weights;       /* --packed-weights: eng_pack_mode (0: auto) */
     int threads;              /* engine worker threads (0: 1) */
     const char *numa;         /* --numa-node: "auto", "off" or N (NULL: auto) */
     int kv_blocks;            /* device pool blocks (0: default 1024) */

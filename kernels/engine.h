@@ -302,7 +302,19 @@ typedef struct eng_options {
      * in exact float32. true: every row in exact float32, as RINGLM_PREFILL_GEMM=own or
      * =blas in the environment does (the reference tests' mode). */
     bool prompt_exact;
+    /* The CPU backend with AVX-512 BF16: the weights that go through the BF16 tiles (BF16
+     * weights; F32 and F16 ones for prompt rows) packed once at load into the tiles' panels,
+     * a copy beside the weights as they lie (as many bytes as BF16 / F16 projections, half as
+     * many as F32 ones). ENG_PACK_AUTO: where the copy takes at most half of the memory
+     * available at load (pack_avail_bytes, or MemAvailable and the cgroup's memory.max less
+     * memory.current), ENG_PACK_ON: always, ENG_PACK_OFF: never (each product packs what it
+     * reads: the same bits, slower prompts). RINGLM_PACKED_WEIGHTS=0 / =1 in the environment
+     * overrides it. eng_describe_paths says which was chosen and why. */
+    int packed_weights;        /* eng_pack_mode */
+    uint64_t pack_avail_bytes; /* ENG_PACK_AUTO's memory available; 0: read at load */
 } eng_options;
+
+typedef enum eng_pack_mode { ENG_PACK_AUTO = 0, ENG_PACK_ON = 1, ENG_PACK_OFF = 2 } eng_pack_mode;
 
 /* Creates an engine over a model (the model must outlive it). Errors: -EINVAL (bad
  * options: a negative cuda_device, an unknown cuda_dtype), -ENOMEM, -ENODEV (backend "cuda"

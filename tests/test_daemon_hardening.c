@@ -386,6 +386,23 @@ Test(programs, ringlmd_takes_h_for_help)
     free(prog);
 }
 
+/* --packed-weights takes auto, on or off; anything else is refused before a model is read,
+ * naming the option and the word it got. */
+Test(programs, ringlmd_refuses_an_unknown_packed_weights_mode)
+{
+    char *prog = th_program("ringlmd");
+    char *argv[] = {prog, "--packed-weights", "maybe", "--model", "no-such-model.gguf", NULL};
+    char *out, *err;
+    int rc = th_run(argv, &out, &err, 30);
+    cr_expect_eq(rc, 2, "exit %d: %s", rc, err);
+    cr_expect(strstr(err, "--packed-weights 'maybe'") && strstr(err, "auto, on or off"),
+              "not named: %s", err);
+    cr_expect(!strstr(err, "no-such-model"), "the model was tried: %s", err);
+    free(out);
+    free(err);
+    free(prog);
+}
+
 Test(programs, every_program_prints_its_version)
 {
     const char *names[] = {"ringlm-run", "ringlm-mkmodel", "ringlm-sim", "ringlmd"};

@@ -343,6 +343,94 @@ Test(engine_prompt, weights_packed_at_load_give_the_bits_of_packing_per_product,
     }
 }
 
+/* An engine over m with packed_weights = mode and pack_avail_bytes = avail; its memory into
+ * *bytes, its report into buf, and a plen-row prompt's logits (returned). */
+static float *packed_mode_logits(const eng_model *m, int mode, uint64_t avail, int plen,
+                                 size_t *bytes, char *buf, size_t cap)
+{
+    const int V = eng_model_cfg(m)->vocab_size;
+    eng_options o = {.backend = "cpu",
+                     .n_threads = 2,
+                     .numa_node = -1,
+                     .kv_blocks = 32,
+                     .kv_block_size = 8,
+                     .max_batch_tokens = 1024,
+                     .max_seqs = TS_MAX_SEQS,
+                     .packed_weights = mode,
+                     .pack_avail_bytes = avail};
+    unsetenv("RINGLM_PACKED_WEIGHTS");
+    eng *e = NULL;
+    cr_assert_eq(eng_create(m, &o, &e), 0, "eng_create: %s", eng_errmsg());
+    *bytes = eng_memory_bytes(e);
+    eng_describe_paths(e, buf, cap);
+    int32_t prompt[64], blocks[32];
+    prompt_of(prompt, plen, V, 5);
+    for (int j = 0; j < 32; j++) blocks[j] = j;
+    float *lg = malloc((size_t)plen * V * sizeof(float));
+    cr_assert(lg);
+    eng_batch_builder bb;
+    cr_assert_eq(eng_bb_init(&bb, plen, 1, 32, 8), 0, "%s", eng_errmsg());
+    cr_assert_eq(eng_bb_add_logits(&bb, prompt, 0, plen, blocks, 32, plen), 0);
+    cr_assert_eq(eng_bb_set_prompt(&bb, plen), 0);
+    cr_assert_eq(eng_execute(e, eng_bb_batch(&bb), lg), 0, "%s", eng_errmsg());
+    eng_bb_free(&bb);
+    eng_destroy(e);
+    return lg;
+}
+
+/* By default the packed copy is made only where it takes at most half of the memory
+ * available at load: with 1 MiB available an engine packs nothing (its memory that of
+ * packing off, its report saying why), with a TiB it packs; "on" packs whatever is
+ * available, "off" never; the logits are the same bits every way. */
+Test(engine_prompt, weights_are_packed_at_load_only_where_memory_allows, .init = mk_tmpdir,
+     .fini = rm_tmpdir, .timeout = 120)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/pack-F16.gguf", tmpdir); /* prompt rows take the tiles */
+    export_gguf("synthetic:quant-test:3", NULL, "F16", NULL, path);
+    eng_model *m = load(path);
+    const int V = eng_model_cfg(m)->vocab_size, plen = 5;
+    static const struct {
+        int mode;
+        uint64_t avail;
+        bool packs;
+        const char *says;
+    } runs[] = {
+        {ENG_PACK_OFF, 0, false, "packing once at load off"},
+        {ENG_PACK_AUTO, 1u << 20, false, "more than half of the 1 MiB available at load"},
+        {ENG_PACK_AUTO, 1ull << 40, true, "packed once at load"},
+        {ENG_PACK_ON, 1u << 20, true, "packed once at load"},
+    };
+    size_t b_off = 0;
+    float *first = NULL;
+    char buf[1024];
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+        size_t bytes;
+        float *lg =
+            packed_mode_logits(m, runs[r].mode, runs[r].avail, plen, &bytes, buf, sizeof buf);
+        if (!r) {
+            b_off = bytes;
+            first = lg;
+        } else {
+            cr_assert(memcmp(first, lg, (size_t)plen * V * sizeof(float)) == 0,
+                      "run %zu: the logits differ from packing per product", r);
+            free(lg);
+        }
+        if (!bf16_here()) {
+            cr_assert_eq(bytes, b_off, "run %zu: weights packed without the tiles", r);
+            continue;
+        }
+        if (runs[r].packs)
+            cr_assert_gt(bytes, b_off, "run %zu: nothing packed: %s", r, buf);
+        else
+            cr_assert_eq(bytes, b_off, "run %zu: packed: %s", r, buf);
+        cr_assert(strstr(buf, runs[r].says), "run %zu: the report does not say \"%s\": %s", r,
+                  runs[r].says, buf);
+    }
+    free(first);
+    eng_model_free(m);
+}
+
 /* The engine's report (ringlmd's start log, engine_bench) names the path of prompt rows and
  * of generated rows; with prompt_exact it names no prompt path. */
 Test(engine_prompt, the_report_names_each_rows_path)

@@ -1143,13 +1143,84 @@ static void pack_task(void *ctx, int task, int worker)
  * row of F32 or F16 weights packed whole matrices for it (a tenth of the speed of the
  * packed panels, /tmp harness). The cost: the packed copy, as many bytes as BF16 or F16
  * weights, half as many as F32 ones, kept beside the weights as they lie (decode rows read
- * those). RINGLM_PACKED_WEIGHTS=0 leaves the packing to each product; without the memory
- * the same.
+ * those): so by default (ENG_PACK_AUTO) only where it takes at most half of the memory
+ * available at load, a model sized to its host is never pushed out of memory by it.
+ * ENG_PACK_OFF or RINGLM_PACKED_WEIGHTS=0 leaves the packing to each product: the same bits
+ * without the memory; ENG_PACK_ON or RINGLM_PACKED_WEIGHTS=1 packs whatever it takes.
  */
-static void pack_weights(cpu *c)
+static uint64_t meminfo_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[128];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+/* A cgroup v2 limit's room (memory.max less memory.current of this process's cgroup), or
+ * UINT64_MAX where none is set or none can be read. */
+static uint64_t cgroup_room(void)
+{
+    char line[512], path[640];
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (!f) return UINT64_MAX;
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) found = strncmp(line, "0::", 3) == 0;
+    fclose(f);
+    if (!found) return UINT64_MAX;
+    line[strcspn(line, "\n")] = 0;
+    unsigned long long max = 0, cur = 0;
+    snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", line + 3);
+    f = fopen(path, "r");
+    if (!f) return UINT64_MAX;
+    const int got = fscanf(f, "%llu", &max);
+    fclose(f);
+    if (got != 1) return UINT64_MAX; /* "max": no limit */
+    snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.current", line + 3);
+    f = fopen(path, "r");
+    if (f) {
+        if (fscanf(f, "%llu", &cur) != 1) cur = 0;
+        fclose(f);
+    }
+    return max > cur ? (uint64_t)(max - cur) : 0;
+}
+
+/* Whether to pack a copy of bytes: the option, the environment over it, and for
+ * ENG_PACK_AUTO the memory available at load; why not into c->pack_why. */
+static bool pack_chosen(cpu *c, const eng_options *opt, size_t bytes)
 {
     const char *env = getenv("RINGLM_PACKED_WEIGHTS");
-    if (env && strcmp(env, "0") == 0) return;
+    int mode = opt->packed_weights;
+    if (env && strcmp(env, "0") == 0) mode = ENG_PACK_OFF;
+    if (env && strcmp(env, "1") == 0) mode = ENG_PACK_ON;
+    const double mib = (double)bytes / (1 << 20);
+    if (mode == ENG_PACK_OFF) {
+        snprintf(c->pack_why, sizeof c->pack_why,
+                 "the BF16 tiles' weights packed by each product (packing once at load off: "
+                 "%.0f MiB saved)",
+                 mib);
+        return false;
+    }
+    if (mode == ENG_PACK_ON) return true;
+    uint64_t avail = opt->pack_avail_bytes;
+    if (!avail) {
+        avail = meminfo_available();
+        const uint64_t room = cgroup_room();
+        if (room < avail) avail = room;
+    }
+    if ((uint64_t)bytes <= avail / 2) return true;
+    snprintf(c->pack_why, sizeof c->pack_why,
+             "the BF16 tiles' weights packed by each product: packed once they would take "
+             "%.0f MiB, more than half of the %.0f MiB available at load",
+             mib, (double)avail / (1 << 20));
+    return false;
+}
+
+static void pack_weights(cpu *c, const eng_options *opt)
+{
     const int L = c->c.n_layers;
     for (int pass = 0; pass < 2; pass++) { /* 0: the bytes, 1: where each matrix goes */
         size_t off = 0; /* each a multiple of 128 bytes: every matrix on a cache line */
@@ -1165,6 +1236,7 @@ static void pack_weights(cpu *c)
             }
         }
         if (pass || !off) continue;
+        if (!pack_chosen(c, opt, off)) return;
         c->packed = calloc((size_t)L, sizeof *c->packed);
         /* on 2 MiB pages, as the weights: a prompt chunk of a few rows streams the panels
          * (1 and 4 rows of F32 weights 1.06-1.47x faster than on 4 KiB pages, 256 rows
@@ -1344,7 +1416,7 @@ static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void *
         err = eng_seterr(err, "cannot start %d worker threads", n_workers);
         goto fail;
     }
-    pack_weights(c);
+    pack_weights(c, opt);
     *privp = c;
     return 0;
 fail:
@@ -1515,6 +1587,8 @@ static void cpu_describe(void *priv, char *buf, size_t cap)
     if (c->packed_bytes && len < cap)
         snprintf(buf + len, cap - len, "; the BF16 tiles' weights packed once at load (%.0f MiB)",
                  (double)c->packed_bytes / (1 << 20));
+    else if (c->pack_why[0] && len < cap)
+        snprintf(buf + len, cap - len, "; %s", c->pack_why);
 }
 
 typedef struct task_fwd {

@@ -100,6 +100,7 @@ typedef struct cpu {
     const void *(*packed)[CPU_PACKED_MATS];
     void *packed_mem;
     size_t packed_bytes;
+    char pack_why[160]; /* where nothing was packed though it could be: why (the report) */
     /* the batch being executed (read by the tasks) */
     const eng_batch *b;
     int layer;
