@@ -441,6 +441,26 @@ VNNI512 static inline __attribute__((always_inline)) __m512 vt_tree4(const __m51
     return _mm512_add_ps(_mm512_add_ps(c[0], c[2]), _mm512_add_ps(c[1], c[3]));
 }
 
+/* The one-row kernels' sums of a tile (quant_kquants.c's kt1_s, quant_k23.c's k23_s): 4 lanes
+ * for each of 16 weight rows, row i at slot kt1_slot(i) (rows i, i + 4, i + 8, i + 12 side by
+ * side), so that kt1_sum16's 4 x 4 transposes in each 128 bits put the rows in order: lane i
+ * of its result is the sum of row i's 4 lanes (exact). */
+static inline int kt1_slot(int i)
+{
+    return 4 * (i % 4) + i / 4;
+}
+
+VNNI512 static inline __attribute__((always_inline)) __m512i kt1_sum16(const int32_t *v)
+{
+    const __m512i a0 = _mm512_loadu_si512(v), a1 = _mm512_loadu_si512(v + 16);
+    const __m512i a2 = _mm512_loadu_si512(v + 32), a3 = _mm512_loadu_si512(v + 48);
+    const __m512i p0 =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(a0, a1), _mm512_unpackhi_epi32(a0, a1));
+    const __m512i p1 =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(a2, a3), _mm512_unpackhi_epi32(a2, a3));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(p0, p1), _mm512_unpackhi_epi64(p0, p1));
+}
+
 /* Byte offsets of 16 rows rb bytes apart (the gathers' index). */
 VNNI512 static inline __m512i vt_row_offsets(size_t rb)
 {

@@ -293,7 +293,7 @@ VNNI512 static inline AI void k23_lanes(const int TYPE, const char *b, k23_lsb *
  * about a third of Q2_K's time. */
 typedef struct k23_s {
     int8_t *xp;  /* [R][nsb][K23_XSB]: the activation rows in lane order (k23_xlanes) */
-    int32_t *I;  /* [R][nsb][16 slots][4] */
+    int32_t *I;  /* [R][nsb][16 slots (kt1_slot)][4] */
     int32_t *M;  /* [R][nsb][16 slots][4]: Q2_K's minimums by the sums of x */
     int32_t *dd; /* [nsb][16]: d (low half) and Q2_K's dmin (high) of each weight row, f16 */
 } k23_s;
@@ -311,13 +311,6 @@ static k23_s k23_carve(int8_t *buf, int rows, int64_t nsb)
                    .I = (int32_t *)(buf + xb),
                    .M = (int32_t *)(buf + xb + ib),
                    .dd = (int32_t *)(buf + xb + 2 * ib)};
-}
-
-/* Weight row i's slot: rows i, i + 4, i + 8, i + 12 side by side, so that the 4 x 4
- * transposes of k23_sum16 put the 16 rows in order. */
-static inline int k23_slot(int i)
-{
-    return 4 * (i % 4) + i / 4;
 }
 
 /* The lines of the superblock K23_PF_BYTES ahead of the one at b, to the cache (the hardware
@@ -338,18 +331,6 @@ VNNI512 static inline AI void k23_put4(int32_t *o, __m512i v)
                      _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
 }
 
-/* Lane i: the sum of the 4 lanes of weight row i at its slot of v. */
-VNNI512 static inline AI __m512i k23_sum16(const int32_t *v)
-{
-    const __m512i a0 = _mm512_loadu_si512(v), a1 = _mm512_loadu_si512(v + 16);
-    const __m512i a2 = _mm512_loadu_si512(v + 32), a3 = _mm512_loadu_si512(v + 48);
-    const __m512i p0 =
-        _mm512_add_epi32(_mm512_unpacklo_epi32(a0, a1), _mm512_unpackhi_epi32(a0, a1));
-    const __m512i p1 =
-        _mm512_add_epi32(_mm512_unpacklo_epi32(a2, a3), _mm512_unpackhi_epi32(a2, a3));
-    return _mm512_add_epi32(_mm512_unpacklo_epi64(p0, p1), _mm512_unpackhi_epi64(p0, p1));
-}
-
 /* R (a constant, 1..KT1_ROWS) activation rows (in lane order, s->xp) times the m (<= VT_COLS)
  * weight rows at w, into y's columns 0..m-1: each superblock unpacked once for the R rows; per
  * row 4 vpdpbusd in two chains, less the offsets, by the scales, to 4 lanes (Q2_K: its
@@ -368,13 +349,13 @@ VNNI512 static inline AI void kt1_k23_tile(const int TYPE, const char *w, size_t
             for (int i = m; i < VT_COLS; i++) {
                 s->dd[sb * 16 + i] = 0;
                 for (int r = 0; r < R; r++) {
-                    memset(s->I + ((r * nsb + sb) * 16 + k23_slot(i)) * 4, 0, 16);
-                    memset(s->M + ((r * nsb + sb) * 16 + k23_slot(i)) * 4, 0, 16);
+                    memset(s->I + ((r * nsb + sb) * 16 + kt1_slot(i)) * 4, 0, 16);
+                    memset(s->M + ((r * nsb + sb) * 16 + kt1_slot(i)) * 4, 0, 16);
                 }
             }
     for (int i = 0; i < m; i++) {
         const char *b = w + (size_t)i * rb;
-        const int slot = k23_slot(i);
+        const int slot = kt1_slot(i);
         for (int64_t sb = 0; sb < nsb; sb++, b += bsz) {
             k23_prefetch(b);
             k23_lsb u;
@@ -421,10 +402,10 @@ VNNI512 static inline AI void kt1_k23_tile(const int TYPE, const char *w, size_t
         for (int r = 0; r < R; r++) {
             const __m512 dx = _mm512_set1_ps(a->xq.kd[r * nsb + sb]);
             const int64_t o = (r * nsb + sb) * 64;
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(k23_sum16(s->I + o)), _mm512_mul_ps(d, dx),
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(kt1_sum16(s->I + o)), _mm512_mul_ps(d, dx),
                                      acc[r]);
             if (TYPE == Q_Q2_K)
-                acc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(k23_sum16(s->M + o)),
+                acc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(kt1_sum16(s->M + o)),
                                           _mm512_mul_ps(dmin, dx), acc[r]);
         }
     }

@@ -580,23 +580,6 @@ VNNI512 static inline __attribute__((always_inline)) void kt1_prefetch(const cha
     for (int l = 0; l < LINES; l++) _mm_prefetch(b + KT1_PF_BYTES + 64 * l, _MM_HINT_T0);
 }
 
-static inline int kt1_slot(int i)
-{
-    return 4 * (i % 4) + i / 4;
-}
-
-/* Lane i: the sum of the 4 lanes of row i at its slot of v. */
-VNNI512 static inline __attribute__((always_inline)) __m512i kt1_sum16(const int32_t *v)
-{
-    const __m512i a0 = _mm512_loadu_si512(v), a1 = _mm512_loadu_si512(v + 16);
-    const __m512i a2 = _mm512_loadu_si512(v + 32), a3 = _mm512_loadu_si512(v + 48);
-    const __m512i p0 =
-        _mm512_add_epi32(_mm512_unpacklo_epi32(a0, a1), _mm512_unpackhi_epi32(a0, a1));
-    const __m512i p1 =
-        _mm512_add_epi32(_mm512_unpacklo_epi32(a2, a3), _mm512_unpackhi_epi32(a2, a3));
-    return _mm512_add_epi32(_mm512_unpacklo_epi64(p0, p1), _mm512_unpackhi_epi64(p0, p1));
-}
-
 /* The minimums of the 16 rows as kt_w's mn lays them out (p: blocks 2p and 2p + 1, int16),
  * from kt1_s's slots: a 4 x 4 transpose of dwords in each 128 bits. */
 VNNI512 static inline __attribute__((always_inline)) void kt1_mins(const int16_t *mn,
