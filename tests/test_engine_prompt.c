@@ -280,21 +280,14 @@ Test(engine_prompt, chunk_size_and_recompute_do_not_change_a_rows_bits, .init = 
     }
 }
 
-/* Logits of every row of a plen-row prompt (marked as a prompt) on a fresh two-thread engine,
- * with RINGLM_PACKED_WEIGHTS as given (NULL: unset); the engine's memory into *bytes. */
-static float *prompt_logits(const eng_model *m, int plen, const char *packed, size_t *bytes)
+/* Logits of every row of a plen-row prompt (marked as a prompt, blocks 0..31 of 8) run on e,
+ * which it destroys. */
+static float *run_prompt(eng *e, const eng_model *m, int plen, int salt)
 {
     const int V = eng_model_cfg(m)->vocab_size;
     int32_t prompt[256], blocks[32];
-    prompt_of(prompt, plen, V, 3);
+    prompt_of(prompt, plen, V, salt);
     for (int j = 0; j < 32; j++) blocks[j] = j;
-    if (packed)
-        setenv("RINGLM_PACKED_WEIGHTS", packed, 1);
-    else
-        unsetenv("RINGLM_PACKED_WEIGHTS");
-    eng *e = ts_engine(m, 32, 8, 2);
-    unsetenv("RINGLM_PACKED_WEIGHTS");
-    *bytes = eng_memory_bytes(e);
     float *lg = malloc((size_t)plen * V * sizeof(float));
     cr_assert(lg);
     eng_batch_builder bb;
@@ -305,6 +298,20 @@ static float *prompt_logits(const eng_model *m, int plen, const char *packed, si
     eng_bb_free(&bb);
     eng_destroy(e);
     return lg;
+}
+
+/* run_prompt on a fresh two-thread engine with RINGLM_PACKED_WEIGHTS as given (NULL: unset);
+ * the engine's memory into *bytes. */
+static float *prompt_logits(const eng_model *m, int plen, const char *packed, size_t *bytes)
+{
+    if (packed)
+        setenv("RINGLM_PACKED_WEIGHTS", packed, 1);
+    else
+        unsetenv("RINGLM_PACKED_WEIGHTS");
+    eng *e = ts_engine(m, 32, 8, 2);
+    unsetenv("RINGLM_PACKED_WEIGHTS");
+    *bytes = eng_memory_bytes(e);
+    return run_prompt(e, m, plen, 3);
 }
 
 /* Prompts of 1, 5, 33 and 200 rows (BF16 weights take the tiles above 128 rows only): the
@@ -348,7 +355,6 @@ Test(engine_prompt, weights_packed_at_load_give_the_bits_of_packing_per_product,
 static float *packed_mode_logits(const eng_model *m, int mode, uint64_t avail, int plen,
                                  size_t *bytes, char *buf, size_t cap)
 {
-    const int V = eng_model_cfg(m)->vocab_size;
     eng_options o = {.backend = "cpu",
                      .n_threads = 2,
                      .numa_node = -1,
@@ -363,19 +369,7 @@ static float *packed_mode_logits(const eng_model *m, int mode, uint64_t avail, i
     cr_assert_eq(eng_create(m, &o, &e), 0, "eng_create: %s", eng_errmsg());
     *bytes = eng_memory_bytes(e);
     eng_describe_paths(e, buf, cap);
-    int32_t prompt[64], blocks[32];
-    prompt_of(prompt, plen, V, 5);
-    for (int j = 0; j < 32; j++) blocks[j] = j;
-    float *lg = malloc((size_t)plen * V * sizeof(float));
-    cr_assert(lg);
-    eng_batch_builder bb;
-    cr_assert_eq(eng_bb_init(&bb, plen, 1, 32, 8), 0, "%s", eng_errmsg());
-    cr_assert_eq(eng_bb_add_logits(&bb, prompt, 0, plen, blocks, 32, plen), 0);
-    cr_assert_eq(eng_bb_set_prompt(&bb, plen), 0);
-    cr_assert_eq(eng_execute(e, eng_bb_batch(&bb), lg), 0, "%s", eng_errmsg());
-    eng_bb_free(&bb);
-    eng_destroy(e);
-    return lg;
+    return run_prompt(e, m, plen, 5);
 }
 
 /* By default the packed copy is made only where it takes at most half of the memory
