@@ -906,6 +906,50 @@ Test(engine_inv, thread_count_does_not_change_results)
     eng_model_free(m);
 }
 
+/* A lone row's products are split regions (kernels/cpu/pool.h pool_run_split): each worker
+ * reads its share of a product's rows in pieces, and a worker that ends first takes the back
+ * of another's, so which rows a worker computes, and in how many pieces, changes from step to
+ * step with the workers' speeds. Every weight type's one-row kernel must give a row the same
+ * bits whatever piece it is in: on 2 and 3 workers, a sequence decoding alone gets the
+ * 1-worker logits to the bit, step after step. */
+Test(engine_inv, a_lone_rows_split_products_give_the_one_worker_bits_for_every_type,
+     .init = mk_tmpdir, .fini = rm_tmpdir, .timeout = 300)
+{
+    static const char *const types[] = {"Q8_0", "Q4_K_M", "F16", "BF16", "Q3_K", "Q2_K", "IQ4_XS"};
+    enum { PLEN = 12, STEPS = 24 };
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/quant-test-%s.gguf", tmpdir, types[t]);
+        export_gguf("synthetic:quant-test:3", NULL, types[t], NULL, path);
+        eng_model *m = load(path);
+        const eng_model_config *c = eng_model_cfg(m);
+        const int V = c->vocab_size;
+        int32_t prompt[PLEN];
+        prompt_of(prompt, PLEN, V, 5);
+        float *ref = malloc((size_t)STEPS * V * sizeof(float));
+        float *got = malloc((size_t)STEPS * V * sizeof(float));
+        cr_assert(ref && got);
+        for (int threads = 1; threads <= 3; threads++) {
+            eng *e = ts_engine(m, 16, 16, threads);
+            tseq s;
+            ts_seq_init(&s, prompt, PLEN, 0);
+            ts_generate(e, c, &s, 0, STEPS, threads == 1 ? ref : got);
+            eng_destroy(e);
+            if (threads == 1) continue;
+            for (int k = 0; k < STEPS; k++)
+                cr_assert(memcmp(ref + (size_t)k * V, got + (size_t)k * V,
+                                 (size_t)V * sizeof(float)) == 0,
+                          "%s, %d workers, step %d: logits are not the 1-worker bits "
+                          "(relative %.3g)",
+                          types[t], threads, k,
+                          ts_rel_diff(ref + (size_t)k * V, got + (size_t)k * V, V));
+        }
+        free(ref);
+        free(got);
+        eng_model_free(m);
+    }
+}
+
 /* Workers pinned to a NUMA node's CPUs compute the same thing. */
 Test(engine_inv, pinned_workers_give_the_same_logits)
 {

@@ -12,6 +12,7 @@
 #include "kernels/cpu/pool.h"
 
 #include <criterion/criterion.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -75,6 +76,131 @@ Test(kernels_pool, every_task_once_per_region_three_workers)
 Test(kernels_pool, one_worker_runs_inline)
 {
     run_regions(1, 1000);
+}
+
+/*
+ * Split regions (pool_run_split): every task of every region runs exactly once, in ranges
+ * that lie within the region, on a worker index of the pool, back to back with ordinary
+ * regions (a helper late on one finds the other kind's words and must claim nothing from
+ * them) and across sizes below, at and above the worker count.
+ */
+typedef struct split_check {
+    int n_workers, n_tasks;
+    _Atomic int runs[MAX_TASKS];
+    _Atomic int bad; /* a range outside [0, n_tasks), empty, or a bad worker index */
+} split_check;
+
+static void count_range(void *ctx, int t0, int t1, int worker)
+{
+    split_check *sc = ctx;
+    if (t0 < 0 || t1 > sc->n_tasks || t0 >= t1 || worker < 0 || worker >= sc->n_workers) {
+        atomic_store(&sc->bad, 1);
+        return;
+    }
+    for (int t = t0; t < t1; t++) atomic_fetch_add_explicit(&sc->runs[t], 1, memory_order_relaxed);
+}
+
+static void run_split_regions(int n_workers, int n_regions)
+{
+    pool p;
+    cr_assert_eq(pool_start(&p, n_workers, -1), 0, "pool_start(%d workers)", n_workers);
+    static split_check sc;
+    static region_check rc;
+    memset(&sc, 0, sizeof sc);
+    memset(&rc, 0, sizeof rc);
+    sc.n_workers = rc.n_workers = n_workers;
+    static const int sizes[] = {2, MAX_TASKS, 3, 1, 17, 2, 0, 4, 33, 5, MAX_TASKS};
+    const int n_sizes = (int)(sizeof sizes / sizeof sizes[0]);
+    for (int r = 0; r < n_regions; r++) {
+        const int n = sizes[r % n_sizes];
+        sc.n_tasks = n;
+        pool_run_split(&p, n, count_range, &sc);
+        for (int t = 0; t < MAX_TASKS; t++) {
+            const int got = atomic_exchange(&sc.runs[t], 0);
+            cr_assert_eq(got, t < n,
+                         "%d workers, split region %d of %d tasks: task %d ran %d times", n_workers,
+                         r, n, t, got);
+        }
+        cr_assert_eq(atomic_load(&sc.bad), 0, "split region %d of %d tasks: a bad range", r, n);
+        if (r % 3 == 2) { /* an ordinary region in between */
+            pool_run(&p, n, count_task, &rc);
+            for (int t = 0; t < MAX_TASKS; t++)
+                cr_assert_eq(atomic_exchange(&rc.runs[t], 0), t < n,
+                             "%d workers, ordinary region after split %d: task %d", n_workers, r,
+                             t);
+        }
+    }
+    pool_stop(&p);
+}
+
+Test(kernels_pool, split_regions_run_every_task_once_two_workers)
+{
+    run_split_regions(2, 100000);
+}
+
+Test(kernels_pool, split_regions_run_every_task_once_three_and_four_workers)
+{
+    run_split_regions(3, 50000);
+    run_split_regions(4, 20000);
+}
+
+Test(kernels_pool, split_region_on_one_worker_is_one_range)
+{
+    run_split_regions(1, 1000);
+}
+
+/*
+ * A worker that stalls mid-region (the host descheduled it) has the rest of its share taken
+ * by the others: the first range a helper runs does not return until every task outside it
+ * has run. Without the taking, the caller would wait at the region's end for the helper,
+ * and the helper for the caller: the deadline. A helper that shows up only after the
+ * caller took everything runs nothing, which is the same outcome.
+ */
+#define STALL_DEADLINE_NS 20000000000ull /* 20 s: only a broken pool reaches it */
+typedef struct stall_check {
+    int n_tasks;
+    _Atomic int ran;        /* tasks run so far */
+    _Atomic int caller_ran; /* of them by the caller */
+    _Atomic int stalled;    /* the helper's stalling range is running */
+    _Atomic int timed_out;  /* the tasks that had run when the deadline passed, + 1 */
+} stall_check;
+
+static void stall_range(void *ctx, int t0, int t1, int worker)
+{
+    stall_check *sc = ctx;
+    if (worker != 0 && atomic_exchange(&sc->stalled, 1) == 0) {
+        const uint64_t t_start = pool_now_ns();
+        while (atomic_load(&sc->ran) < sc->n_tasks - (t1 - t0)) {
+            if (pool_now_ns() - t_start > STALL_DEADLINE_NS) {
+                atomic_store(&sc->timed_out, 1 + atomic_load(&sc->ran));
+                break;
+            }
+            sched_yield(); /* the CPU to the caller, should they share one */
+        }
+    }
+    if (worker == 0) atomic_fetch_add(&sc->caller_ran, t1 - t0);
+    atomic_fetch_add(&sc->ran, t1 - t0);
+}
+
+Test(kernels_pool, a_stalled_workers_share_is_taken_by_the_others)
+{
+    pool p;
+    cr_assert_eq(pool_start(&p, 2, -1), 0);
+    for (int r = 0; r < 20; r++) {
+        stall_check sc = {.n_tasks = MAX_TASKS};
+        pool_run_split(&p, MAX_TASKS, stall_range, &sc);
+        cr_assert_eq(atomic_load(&sc.timed_out), 0,
+                     "region %d: the helper stalled and its share was not taken: %d of %d tasks "
+                     "ran meanwhile, %d in all on the caller",
+                     r, atomic_load(&sc.timed_out) - 1, MAX_TASKS, atomic_load(&sc.caller_ran));
+        cr_assert_eq(atomic_load(&sc.ran), MAX_TASKS, "region %d: %d tasks ran", r,
+                     atomic_load(&sc.ran));
+        /* the helper ran its stalled range at most: half its share, 16 of 64 */
+        cr_assert_geq(atomic_load(&sc.caller_ran), MAX_TASKS - MAX_TASKS / 4,
+                      "region %d: the caller ran %d of %d tasks", r, atomic_load(&sc.caller_ran),
+                      MAX_TASKS);
+    }
+    pool_stop(&p);
 }
 
 /* Flags between the tasks of a region (pool_flag_set / pool_flag_wait): the first half of a

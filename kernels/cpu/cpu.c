@@ -247,6 +247,8 @@ static void mm_rows(const cpu *c, int rows, int prompt_rows, const float *x, con
     matmul_rows(rows, x, xq, xr, wm, wp, n0, n, k, beta, y, ld_y);
 }
 
+static void mm_job_rows(const mm_region *r, const mm_job *j, int n0, int n);
+
 static void mm_task(void *ctx, int task, int worker)
 {
     (void)worker;
@@ -258,6 +260,12 @@ static void mm_task(void *ctx, int task, int worker)
     }
     int n0 = task * j->chunk_rows;
     int n = j->n - n0 < j->chunk_rows ? j->n - n0 : j->chunk_rows;
+    mm_job_rows(r, j, n0, n);
+}
+
+/* Rows [n0, n0 + n) of job j. */
+static void mm_job_rows(const mm_region *r, const mm_job *j, int n0, int n)
+{
     mm_rows(r->c, r->rows, r->prompt_rows, j->x, j->xq, j->xr, j->w, n0, n, j->k, j->beta,
             j->y + n0, j->ld_y);
     if (j->up.data) {
@@ -266,6 +274,29 @@ static void mm_task(void *ctx, int task, int worker)
         for (int t = 0; t < r->rows; t++)
             (j->act == ENG_ACT_GELU ? geglu : swiglu)(j->y + (size_t)t * j->ld_y + n0,
                                                       j->y_up + (size_t)t * j->ld_y + n0, n);
+    }
+}
+
+/* Chunks [t0, t1) of the region's jobs (pool_run_split): the contiguous chunks of each job
+ * among them as one piece of its rows. */
+static void mm_range(void *ctx, int t0, int t1, int worker)
+{
+    (void)worker;
+    mm_region *r = ctx;
+    mm_job *j = r->jobs;
+    while (t0 >= j->n_chunks) {
+        t0 -= j->n_chunks;
+        t1 -= j->n_chunks;
+        j++;
+    }
+    while (t1 > 0) {
+        const int c1 = t1 < j->n_chunks ? t1 : j->n_chunks;
+        const int n0 = t0 * j->chunk_rows;
+        const int n1 = c1 * j->chunk_rows < j->n ? c1 * j->chunk_rows : j->n;
+        mm_job_rows(r, j, n0, n1 - n0);
+        t0 = 0;
+        t1 -= j->n_chunks;
+        j++;
     }
 }
 
@@ -352,18 +383,44 @@ static const q_xq *quantize_rows_once(cpu *c, int slot, const float *x, int rows
 
 /* Weight rows a chunk of a matrix of n rows takes, for a product with rows activation rows:
  * a few chunks per worker so a descheduled worker (the cores are shared) does not hold
- * everyone up, but each big enough for BLAS; one a worker for a batch of one row, whose
- * products are so short (stories110M Q4_0: 330 KB of Wo, 15 us on two threads) that each
- * chunk's start — its claim crossing between the vCPUs, its weight stream starting cold —
- * cost more than an uneven end: one row decoded 1.10x faster
+ * everyone up, but each big enough for BLAS; one a worker for a batch of one row (where the
+ * engine has one worker, or a mixture's experts; on more workers a lone row's products are
+ * split regions in grains: mm_grain_rows), whose products are so short (stories110M Q4_0:
+ * 330 KB of Wo, 15 us on two threads) that each fixed chunk's start — its claim crossing
+ * between the vCPUs, its weight stream starting cold — cost more than an uneven end
  * (results/2026-12-07-batch1-overheads-zen4-s13.md), while at 4 and 16 rows F16 lost 5-6%
- * with it. */
+ * with one chunk a worker. */
 static int mm_chunk_rows(int n, int n_workers, int rows)
 {
     const int want = n_workers == 1 || rows == 1 ? n_workers : n_workers * 2;
     int chunk = (n + want - 1) / want;
     chunk = (chunk + 7) & ~7; /* multiples of 8 keep equal shares (288 = 4 x 72) */
     return chunk < 32 ? 32 : chunk;
+}
+
+/*
+ * A lone row's products run as split regions (pool_run_split): each worker owns a contiguous
+ * share of a product's rows and reads it as one stream, claiming half of what is left at a
+ * time, and a worker that ends first takes the back half of what the other has not claimed
+ * yet, down to one grain. Grains of MM_GRAIN_BYTES of weights (rows in multiples of 32: the
+ * packed panels' and every one-row kernel's groups): small enough that the two workers end
+ * within a few microseconds of each other, whichever one the host slowed down or
+ * descheduled. Fixed halves (one chunk a worker, as before) left the faster worker idle at
+ * every product's end; two or more fixed chunks a worker cost more than that at their starts
+ * (results/2026-12-07-batch1-overheads-zen4-s13.md), which the owner's claims of half its
+ * share avoid: a share takes a few calls, not one a grain. Which worker computes a row does
+ * not change its bits.
+ */
+#define MM_GRAIN_BYTES (16 * 1024)
+
+/* Weight rows of one grain of job j in a split region (see above). */
+static int mm_grain_rows(const mm_job *j)
+{
+    const size_t row_bytes =
+        eng_wrow_bytes(j->w.type, j->k) + (j->up.data ? eng_wrow_bytes(j->up.type, j->k) : 0);
+    int g = (int)((MM_GRAIN_BYTES + row_bytes - 1) / row_bytes);
+    g = (g + 31) & ~31;
+    return g < j->n ? g : j->n;
 }
 
 /* Whether a product of rows activation rows with w (and up, when it has data) reads them
@@ -380,8 +437,9 @@ static void matmul_jobs(cpu *c, mm_job *jobs, int n_jobs, int rows, int prompt_r
 {
     int nw = c->workers.n_workers;
     int total = 0;
+    const bool split = rows == 1 && nw > 1; /* a lone row's products: mm_grain_rows */
     for (int i = 0; i < n_jobs; i++) {
-        jobs[i].chunk_rows = mm_chunk_rows(jobs[i].n, nw, rows);
+        jobs[i].chunk_rows = split ? mm_grain_rows(&jobs[i]) : mm_chunk_rows(jobs[i].n, nw, rows);
         /* weights packed once are read in panels of 32 rows: chunks start on one */
         if (packed_of(c, jobs[i].w) && (takes_bf16_tiles(jobs[i].w.type, rows) ||
                                         (prompt_rows > 0 && prompt_split(c, jobs[i].w.type))))
@@ -438,7 +496,10 @@ static void matmul_jobs(cpu *c, mm_job *jobs, int n_jobs, int rows, int prompt_r
         j->xr = round_rows_once(c, slot++, j->x, j->xr_rows, j->k);
     }
     mm_region r = {jobs, n_jobs, rows, prompt_rows, c};
-    pool_run(&c->workers, total, mm_task, &r);
+    if (split)
+        pool_run_split(&c->workers, total, mm_range, &r);
+    else
+        pool_run(&c->workers, total, mm_task, &r);
 }
 
 /* ---- elementwise pieces (as run.c) -------------------------------------------------- */

@@ -244,6 +244,134 @@ static uint64_t run_tasks(pool *p, uint32_t gen, int worker)
     }
 }
 
+/*
+ * Split regions (pool_run_split). Each worker's share of the tasks is one word on its own
+ * cache line,
+ *
+ *   word = (generation mod 2^24) << 40 | next << 20 | end,
+ *
+ * the tasks [next, end) of the share not yet claimed. Its owner claims from the front by a
+ * CAS that raises next: half of what is left (at least one task), run as one contiguous
+ * range, so a share takes a few calls, the last ones small. The CAS is uncontended while
+ * no one else is out of work (the line stays in the owner's cache). A worker that has run
+ * out lowers the end of the largest other share by half of its claimable tasks (at least
+ * one), and installs what it took, [end - k, end), as its own share, where others may take
+ * from it in turn. Claims and thefts CAS the whole word, so the same task cannot be both
+ * claimed and taken.
+ *
+ * Why the word carries the generation: the caller writes the words of region g+1 once every
+ * task of region g has run, while a worker that ran out in region g may still be loading
+ * words to steal from. Tagged, it finds them another generation's and stops; and every CAS
+ * compares the tag, so none succeeds across regions (an ABA needs 2^24 regions to pass
+ * between one worker's load and its CAS). Within a region a word never takes the same value
+ * twice: a non-empty word's next is a task not yet claimed, and it stays so while end only
+ * falls, until that task is claimed or taken.
+ *
+ * A worker installs a theft in its own word by a CAS from the empty value it last read: no
+ * one else writes an empty word, and the region (whose tasks it just took) is still open,
+ * so the caller has not rewritten it; should it fail anyway, the worker runs what it took
+ * there and then. fn and ctx are read only after a claim or theft succeeded against a word
+ * of this region, as in run_tasks (a helper reaches the words through its acquire of the
+ * generation the caller stored after them; the caller writes the next region's fields only
+ * after this region's done count, which every worker adds to after its last task). Each
+ * worker adds the tasks it ran to done once, when it finds nothing left to claim or take:
+ * the caller waits for done == n_tasks.
+ */
+#define SPLIT_TASK_BITS 20
+#define SPLIT_TASK_MASK ((1ull << SPLIT_TASK_BITS) - 1)
+#define SPLIT_TAG_SHIFT (2 * SPLIT_TASK_BITS)
+#define SPLIT_TAG_MASK  ((1ull << 24) - 1)
+
+static inline uint64_t split_word(uint32_t gen, uint32_t next, uint32_t end)
+{
+    return (gen & SPLIT_TAG_MASK) << SPLIT_TAG_SHIFT | (uint64_t)next << SPLIT_TASK_BITS | end;
+}
+static inline bool split_tagged(uint64_t w, uint32_t gen)
+{
+    return w >> SPLIT_TAG_SHIFT == (gen & SPLIT_TAG_MASK);
+}
+static inline uint32_t split_next(uint64_t w)
+{
+    return (uint32_t)(w >> SPLIT_TASK_BITS & SPLIT_TASK_MASK);
+}
+static inline uint32_t split_end(uint64_t w)
+{
+    return (uint32_t)(w & SPLIT_TASK_MASK);
+}
+
+/* Takes the back half of the claimable tasks of the largest other share of region gen:
+ * true with [*t0, *t1) taken, false when every other share is empty (or another region's). */
+static bool split_steal(pool *p, uint32_t gen, int worker, uint32_t *t0, uint32_t *t1)
+{
+    for (;;) {
+        int victim = -1;
+        uint64_t vw = 0;
+        uint32_t most = 0;
+        for (int i = 1; i < p->n_workers; i++) {
+            const int v = (worker + i) % p->n_workers;
+            const uint64_t w = atomic_load_explicit(&p->shares[v].word, memory_order_relaxed);
+            if (!split_tagged(w, gen) || split_end(w) <= split_next(w)) continue;
+            if (split_end(w) - split_next(w) > most) {
+                most = split_end(w) - split_next(w);
+                victim = v;
+                vw = w;
+            }
+        }
+        if (victim < 0) return false;
+        const uint32_t next = split_next(vw), end = split_end(vw), k = (end - next + 1) / 2;
+        if (atomic_compare_exchange_strong_explicit(&p->shares[victim].word, &vw,
+                                                    split_word(gen, next, end - k),
+                                                    memory_order_acquire, memory_order_relaxed)) {
+            *t0 = end - k;
+            *t1 = end;
+            return true;
+        }
+        /* the owner claimed, or another worker took: look again */
+    }
+}
+
+/* Claims and runs tasks of split region gen, its own share first, then what it takes from
+ * the others, until none is left; adds the count it ran to done. Returns the time from its
+ * start to its last task's end. */
+static uint64_t run_split(pool *p, uint32_t gen, int worker)
+{
+    _Atomic uint64_t *own = &p->shares[worker].word;
+    const uint64_t t_start = pool_now_ns();
+    uint32_t ran = 0;
+    uint64_t w = atomic_load_explicit(own, memory_order_acquire);
+    for (;;) {
+        if (!split_tagged(w, gen)) break; /* a later region's word: this one is over */
+        const uint32_t next = split_next(w), end = split_end(w);
+        if (next < end) {
+            const uint32_t take = (end - next + 1) / 2;
+            if (!atomic_compare_exchange_weak_explicit(own, &w,
+                                                       w + ((uint64_t)take << SPLIT_TASK_BITS),
+                                                       memory_order_acquire, memory_order_acquire))
+                continue; /* w holds the word's current value: a thief took from the end */
+            p->range_fn(p->ctx, (int)next, (int)(next + take), worker);
+            ran += take;
+            w = atomic_load_explicit(own, memory_order_acquire);
+            continue;
+        }
+        uint32_t t0, t1;
+        if (!split_steal(p, gen, worker, &t0, &t1)) break;
+        if (!atomic_compare_exchange_strong_explicit(own, &w, split_word(gen, t0, t1),
+                                                     memory_order_release, memory_order_relaxed)) {
+            p->range_fn(p->ctx, (int)t0, (int)t1, worker); /* see above */
+            ran += t1 - t0;
+        }
+        w = atomic_load_explicit(own, memory_order_acquire);
+    }
+    const uint64_t busy_ns = pool_now_ns() - t_start;
+    if (ran) {
+        if (worker) atomic_fetch_add_explicit(&p->helper_task_ns, busy_ns, memory_order_relaxed);
+        atomic_fetch_add_explicit(&p->done, ran, memory_order_seq_cst);
+        if (wake_if_asleep(&p->done, &p->caller_asleep))
+            atomic_fetch_add_explicit(&p->wake_calls, 1, memory_order_relaxed);
+    }
+    return busy_ns;
+}
+
 static void *worker_main(void *arg)
 {
     worker_arg *wa = arg;
@@ -281,9 +409,27 @@ static void *worker_main(void *arg)
         if (slept) atomic_fetch_add_explicit(&p->sleeps, 1, memory_order_relaxed);
         atomic_store_explicit(&p->budget_ns, sp.budget_ns, memory_order_relaxed);
         atomic_store_explicit(&p->wake_ns, sp.wake_ns, memory_order_relaxed);
-        run_tasks(p, g, index);
+        /* a stale reading (the caller already on a later region) finds that region's claim
+         * word or share words tagged with another generation in either mode: it claims
+         * nothing */
+        if (atomic_load_explicit(&p->split, memory_order_relaxed))
+            run_split(p, g, index);
+        else
+            run_tasks(p, g, index);
     }
 }
+
+/* Publishes region gen (its fields written, its claim or share words stored: the seq_cst
+ * store releases them) and wakes the helpers that sleep. */
+static void region_publish(pool *p, uint32_t gen)
+{
+    atomic_store_explicit(&p->generation, gen, memory_order_seq_cst);
+    atomic_fetch_add_explicit(&p->regions, 1, memory_order_relaxed);
+    if (wake_if_asleep(&p->generation, &p->helpers_asleep))
+        atomic_fetch_add_explicit(&p->wake_calls, 1, memory_order_relaxed);
+}
+
+static void region_wait(pool *p, int n_tasks, uint64_t region0);
 
 void pool_run(pool *p, int n_tasks, pool_task_fn fn, void *ctx)
 {
@@ -296,15 +442,44 @@ void pool_run(pool *p, int n_tasks, pool_task_fn fn, void *ctx)
     p->fn = fn;
     p->ctx = ctx;
     p->n_tasks = n_tasks;
+    atomic_store_explicit(&p->split, false, memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     atomic_store_explicit(&p->region_ns, region0, memory_order_relaxed);
     /* publishes the fields above to whoever claims (release) */
     atomic_store_explicit(&p->claim, (uint64_t)gen << 32 | (uint32_t)n_tasks, memory_order_release);
-    atomic_store_explicit(&p->generation, gen, memory_order_seq_cst);
-    atomic_fetch_add_explicit(&p->regions, 1, memory_order_relaxed);
-    if (wake_if_asleep(&p->generation, &p->helpers_asleep))
-        atomic_fetch_add_explicit(&p->wake_calls, 1, memory_order_relaxed);
+    region_publish(p, gen);
     p->caller_task_ns += run_tasks(p, gen, 0);
+    region_wait(p, n_tasks, region0);
+}
+
+void pool_run_split(pool *p, int n_tasks, pool_range_fn fn, void *ctx)
+{
+    if (p->n_workers == 1 || n_tasks <= 1 || n_tasks > POOL_SPLIT_MAX_TASKS || !p->shares) {
+        if (n_tasks > 0) fn(ctx, 0, n_tasks, 0);
+        return;
+    }
+    const uint64_t region0 = pool_now_ns();
+    const uint32_t gen = atomic_load_explicit(&p->generation, memory_order_relaxed) + 1;
+    p->range_fn = fn;
+    p->ctx = ctx;
+    p->n_tasks = n_tasks;
+    atomic_store_explicit(&p->split, true, memory_order_relaxed);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->region_ns, region0, memory_order_relaxed);
+    const int nw = p->n_workers;
+    for (int w = 0; w < nw; w++)
+        atomic_store_explicit(&p->shares[w].word,
+                              split_word(gen, (uint32_t)((int64_t)w * n_tasks / nw),
+                                         (uint32_t)((int64_t)(w + 1) * n_tasks / nw)),
+                              memory_order_relaxed);
+    region_publish(p, gen);
+    p->caller_task_ns += run_split(p, gen, 0);
+    region_wait(p, n_tasks, region0);
+}
+
+/* The caller's end of a region, its own tasks run: returns once done == n_tasks. */
+static void region_wait(pool *p, int n_tasks, uint64_t region0)
+{
     /* Every task is claimed; the ones helpers run end within microseconds unless a helper
      * was descheduled mid-task: spin for twice what waking a sleeper measured (the
      * ski-rental bound), then sleep. */
@@ -360,7 +535,15 @@ int pool_start(pool *p, int n_workers, int numa_node)
     p->wake_ns = WAKE_NS_PRIOR;
     if (n_workers == 1) return 0;
     p->threads = calloc((size_t)n_workers, sizeof *p->threads);
-    if (!p->threads) return -ENOMEM;
+    p->shares = aligned_alloc(64, (size_t)n_workers * sizeof *p->shares);
+    if (!p->threads || !p->shares) {
+        free(p->threads);
+        free(p->shares);
+        p->threads = NULL;
+        p->shares = NULL;
+        return -ENOMEM;
+    }
+    for (int i = 0; i < n_workers; i++) atomic_init(&p->shares[i].word, 0);
     for (int i = 1; i < n_workers; i++) {
         worker_arg *wa = malloc(sizeof *wa);
         int err = wa ? 0 : ENOMEM;
@@ -387,6 +570,8 @@ void pool_stop(pool *p)
     for (int i = 1; i < p->n_workers; i++) pthread_join(p->threads[i], NULL);
     free(p->threads);
     p->threads = NULL;
+    free(p->shares);
+    p->shares = NULL;
 }
 
 void pool_stats_get(pool *p, pool_stats *out, bool reset)

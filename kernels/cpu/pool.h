@@ -19,16 +19,28 @@
  * Two tasks of one region never run on the same worker at once, so per-worker scratch
  * indexed by worker is safe. */
 typedef void (*pool_task_fn)(void *ctx, int task, int worker);
+/* Tasks [t0, t1) of a split region (pool_run_split), in index order, on one worker. */
+typedef void (*pool_range_fn)(void *ctx, int t0, int t1, int worker);
+
+/* A worker's share of a split region (pool_run_split), alone on its cache line: its owner
+ * claims from the front, a worker that has run out takes from the back (see pool.c). */
+typedef struct pool_share {
+    _Alignas(64) _Atomic uint64_t word;
+} pool_share;
 
 typedef struct pool {
     int n_workers; /* including the calling thread */
     int numa_node;
     pthread_t *threads;
+    pool_share *shares; /* [n_workers], for split regions */
     /* the region: written by the caller before it publishes claim, read only by a thread
      * whose claim of one of the region's tasks succeeded (see pool.c) */
     pool_task_fn fn;
+    pool_range_fn range_fn; /* a split region's */
     void *ctx;
     int n_tasks;
+    _Atomic bool split; /* the region runs in shares (pool_run_split); relaxed: a stale
+                         * reader finds the words or claim of another generation */
     _Alignas(64) _Atomic uint32_t generation; /* futex: bumped to start a parallel region */
     _Atomic uint64_t region_ns;               /* when the caller started the latest region */
     _Atomic bool stop;
@@ -64,6 +76,18 @@ typedef struct pool_stats {
 int pool_start(pool *p, int n_workers, int numa_node);
 /* Runs fn(ctx, t, worker) for every t in [0, n_tasks) and returns when all have returned. */
 void pool_run(pool *p, int n_tasks, pool_task_fn fn, void *ctx);
+/* Runs every task of [0, n_tasks) once, as pool_run, in ranges fn(ctx, t0, t1, worker):
+ * worker w owns the contiguous tasks [w n / n_workers, (w + 1) n / n_workers) and claims
+ * them in index order, half of what is left of its share a range; a worker whose share is
+ * done takes the back half of what the largest other share has not claimed yet, and claims
+ * that as its own. So a worker reads contiguous tasks as one stream in a few calls, and the
+ * region's end waits for the range another worker is running at most, whichever worker was
+ * slower, late or descheduled. Which worker runs a task, and in which range, varies from
+ * run to run: a task's result must not depend on it. Tasks may not wait for each other (no
+ * pool_flag_wait). One worker, or n_tasks above POOL_SPLIT_MAX_TASKS: one range on the
+ * caller. */
+#define POOL_SPLIT_MAX_TASKS ((1 << 20) - 1)
+void pool_run_split(pool *p, int n_tasks, pool_range_fn fn, void *ctx);
 /* Flags between the tasks of one region: a task sets a flag (zeroed before the region) that
  * tasks of the same region with a higher index wait for. Tasks are claimed in index order,
  * so the setter is running or done on another worker and never waits for the waiter: the
