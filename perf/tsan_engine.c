@@ -4,8 +4,8 @@
  *
  * Criterion can not start under TSAN (Snaipe/Criterion#274), so this is a plain program:
  * it runs the same short schedule of mixed batches (prefill chunks of several sequences,
- * a prefill longer than one 32-row attention tile, decode rows beside prefill rows, and
- * eng_execute_sample) on an engine with 1 worker and on one with N workers (default 2),
+ * a prefill longer than one 32-row attention tile, decode rows beside prefill rows, one
+ * sequence decoding alone, and eng_execute_sample) on an engine with 1 worker and on one with N workers (default 2),
  * and fails unless every step's logits agree (1e-4 relative, as tests/test_engine_inv.c)
  * and the greedy tokens are identical. TSAN itself reports any race in the worker pool
  * (it exits non-zero with TSAN's exitcode when it found one).
@@ -165,6 +165,10 @@ static int run(const eng_model *m, int threads, int decode_steps, record *rec)
         int r[N_SEQS] = {1, 1, 1};
         if (step(e, c->vocab_size, s, r, k % 2, rec, &used)) goto out_err;
     }
+    for (int k = 0; k < decode_steps; k++) { /* A alone: a lone row's split regions */
+        int r[N_SEQS] = {1, 0, 0};
+        if (step(e, c->vocab_size, s, r, k % 2, rec, &used)) goto out_err;
+    }
     for (int i = 0; i < N_SEQS; i++) {
         memcpy(rec->tokens[i], s[i].tokens, sizeof s[i].tokens);
         rec->n_tokens[i] = s[i].n_tokens;
@@ -193,8 +197,9 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (threads < 2 || steps < 1 || steps > MAX_TOK - 50) {
-        fprintf(stderr, "tsan_engine: --threads must be >= 2, --steps in [1, %d]\n", MAX_TOK - 50);
+    if (threads < 2 || steps < 1 || steps > (MAX_TOK - 50) / 2) {
+        fprintf(stderr, "tsan_engine: --threads must be >= 2, --steps in [1, %d]\n",
+                (MAX_TOK - 50) / 2);
         return 2;
     }
     eng_model *m = NULL;
@@ -204,7 +209,7 @@ int main(int argc, char **argv)
         return 1;
     }
     int vocab = eng_model_cfg(m)->vocab_size;
-    size_t cap = (size_t)(2 + steps) * N_SEQS * vocab;
+    size_t cap = (size_t)(2 + 2 * steps) * N_SEQS * vocab;
     record ref = {.logits = malloc(cap * sizeof(float)), .n_floats = cap};
     record got = {.logits = malloc(cap * sizeof(float)), .n_floats = cap};
     int rc = 1;
@@ -244,7 +249,7 @@ int main(int argc, char **argv)
         }
     printf("tsan_engine: %s, %d workers vs 1: %d mixed batches, %zu logits agree (max rel %.2g), "
            "tokens identical\n",
-           spec, threads, 2 + steps, ref.n_floats, md / ma);
+           spec, threads, 2 + 2 * steps, ref.n_floats, md / ma);
     rc = 0;
 out:
     free(ref.logits);
