@@ -11,7 +11,8 @@
  *     (2^-8 + (K + 2) 2^-24) · Σ|x w|;
  *   - a row's results are the same bits alone, in any batch and in any split of the columns;
  *   - with the activations rounded before (gemm_bf16_round, in two parts of rows as threads
- *     split them), gemm_bf16_rounded gives gemm_bf16's bits on every shape above;
+ *     split them), gemm_bf16_rounded gives gemm_bf16's bits on every shape above; rounded in
+ *     parts of columns (gemm_bf16_round_cols, as the tasks that make them do), the same rows;
  *   - with the weights packed once (gemm_bf16_pack), gemm_bf16_packed gives the same bits on
  *     every shape above, whole and with its columns split where a worker's chunk may start
  *     (a multiple of 32 rows);
@@ -81,6 +82,23 @@ static void trial(int type, int M, int N, int K, float beta)
     gemm_bf16_round(m1, K, x, ld_x, xr);
     gemm_bf16_round(M - m1, K, x + (size_t)m1 * ld_x, ld_x, xr + (size_t)m1 * ld_r);
     cr_assert(gemm_bf16_rounded(type, M, N, K, xr, w, (size_t)ld_w * es, beta, y2, ld_y));
+    /* the same rows rounded in three parts of columns, as the tasks that make them do: the
+     * same elements, and the same zeros up to the next 32 past K */
+    uint16_t *xc = malloc((size_t)M * ld_r * sizeof(uint16_t));
+    cr_assert(xc);
+    memset(xc, 0x5A, (size_t)M * ld_r * sizeof(uint16_t));
+    const int k1 = K / 3, k2 = k1 + (K - k1) / 2 + (int)(rnd() % 2);
+    gemm_bf16_round_cols(M, K, 0, k1, x, ld_x, xc);
+    gemm_bf16_round_cols(M, K, k1, k2, x, ld_x, xc);
+    gemm_bf16_round_cols(M, K, k2, K, x, ld_x, xc);
+    for (int m = 0; m < M; m++)
+        cr_assert(
+            memcmp(xc + (size_t)m * ld_r, xr + (size_t)m * ld_r,
+                   (size_t)(K + 31) / 32 * 32 * sizeof(uint16_t)) == 0,
+            "K %d: row %d rounded in columns [0, %d), [%d, %d), [%d, %d) differs from the row "
+            "rounded whole",
+            K, m, k1, k1, k2, k2, K);
+    free(xc);
     for (int m = 0; m < M; m++)
         cr_assert(memcmp(y2 + (size_t)m * ld_y, y + (size_t)m * ld_y, (size_t)N * sizeof(float)) ==
                       0,

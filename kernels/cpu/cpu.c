@@ -108,6 +108,10 @@ typedef struct mm_job {
     const q_xq *xq;     /* x quantized once for quantized weights (matmul_jobs), or NULL */
     const uint16_t *xr; /* x rounded to bf16 once for gemm_bf16 (matmul_jobs), or NULL */
     int xr_rows;        /* ... its first rows that are (the prompt rows, or all) */
+    /* the gated product's output rounded to bf16 by the task that makes it, for the product
+     * that reads it next (its first xr_out_rows rows, gemm_bf16_round_ld(n) apart), or NULL */
+    uint16_t *xr_out;
+    int xr_out_rows;
 } mm_job;
 
 typedef struct mm_region {
@@ -271,9 +275,15 @@ static void mm_job_rows(const mm_region *r, const mm_job *j, int n0, int n)
     if (j->up.data) {
         mm_rows(r->c, r->rows, r->prompt_rows, j->x, j->xq, j->xr, j->up, n0, n, j->k, 0.0f,
                 j->y_up + n0, j->ld_y);
-        for (int t = 0; t < r->rows; t++)
-            (j->act == ENG_ACT_GELU ? geglu : swiglu)(j->y + (size_t)t * j->ld_y + n0,
-                                                      j->y_up + (size_t)t * j->ld_y + n0, n);
+        const int ld_r = gemm_bf16_round_ld(j->n);
+        for (int t = 0; t < r->rows; t++) {
+            float *g = j->y + (size_t)t * j->ld_y;
+            (j->act == ENG_ACT_GELU ? geglu : swiglu)(g + n0, j->y_up + (size_t)t * j->ld_y + n0,
+                                                      n);
+            /* its columns rounded while they are in this core's cache (xr_made) */
+            if (t < j->xr_out_rows)
+                gemm_bf16_round_cols(1, j->n, n0, n0 + n, g, j->ld_y, j->xr_out + (size_t)t * ld_r);
+        }
     }
 }
 
@@ -431,6 +441,51 @@ static bool mm_reads_xq(eng_wmat w, eng_wmat up, int rows)
            (up.data && (q_int_path(up.type, rows) || q_prefill_runs(up.type, rows)));
 }
 
+/* How many of rows (the first prompt_rows prompt rows) a product with w (and up, when it has
+ * data) reads rounded to bf16 for gemm_bf16's tiles: all of them where those take every row,
+ * the prompt rows where they take prompt rows only (mm_rows), else none. */
+static int xr_rows_of(const cpu *c, eng_wmat w, eng_wmat up, int rows, int prompt_rows)
+{
+    if (takes_bf16_tiles(w.type, rows) || (up.data && takes_bf16_tiles(up.type, rows))) return rows;
+    if (prompt_rows > 0 && (prompt_split(c, w.type) || (up.data && prompt_split(c, up.type))))
+        return prompt_rows;
+    return 0;
+}
+
+/*
+ * Rows rounded to bf16 by the pass that makes them. matmul_jobs rounds the rows a region's
+ * products read in a region of its own, each part by whichever worker claims it: a pass over
+ * every row, from the other core's cache for about half of them, and one more wait for the
+ * slower worker, three times a layer. The norms before the attention and the FFN, and the
+ * SwiGLU of the gated product, round the rows (or columns) they make as they make them
+ * (cpu.xr_pre), into a buffer of the one kind, and matmul_jobs takes them instead: the same
+ * rounding of the same floats (gemm_bf16_round_cols), so the same bits.
+ */
+
+/* Buffer which of cpu.xr_pre_mem for rows of k elements rounded (gemm_bf16_round_ld apart),
+ * grown as needed; NULL without memory (the products then round for themselves). */
+static uint16_t *xr_pre_buf(cpu *c, int which, int rows, int k)
+{
+    const size_t need = (size_t)rows * (size_t)gemm_bf16_round_ld(k) * sizeof(uint16_t);
+    if (c->xr_pre_cap[which] < need) {
+        void *p = aligned_alloc(64, (need + 63) & ~(size_t)63);
+        if (!p) return NULL;
+        free(c->xr_pre_mem[which]);
+        c->xr_pre_mem[which] = p;
+        c->xr_pre_cap[which] = need;
+    }
+    return c->xr_pre_mem[which];
+}
+
+/* The first rows of x (k floats each) are at xr rounded, for the next region's products. */
+static void xr_made(cpu *c, const float *x, int k, int rows, const uint16_t *xr)
+{
+    c->xr_pre.x = x;
+    c->xr_pre.k = k;
+    c->xr_pre.rows = rows;
+    c->xr_pre.xr = xr;
+}
+
 /* Runs the jobs as one parallel region, each in chunks of mm_chunk_rows. The first
  * prompt_rows rows are prompt rows (mm_rows). */
 static void matmul_jobs(cpu *c, mm_job *jobs, int n_jobs, int rows, int prompt_rows)
@@ -479,22 +534,22 @@ static void matmul_jobs(cpu *c, mm_job *jobs, int n_jobs, int rows, int prompt_r
      * products, 8 for the others; 7% of a prefill's time, perf record.) */
     /* (Prompt rows of F32 / F16 weights take them too: those rows rounded, or all where the
      * others do as well.) */
+    /* (Rows their pass rounded already, cpu.xr_pre, are taken as they are.) */
     slot = 0;
     for (int i = 0; i < n_jobs; i++) {
         mm_job *j = &jobs[i];
         j->xr = NULL;
-        const bool all =
-            takes_bf16_tiles(j->w.type, rows) || (j->up.data && takes_bf16_tiles(j->up.type, rows));
-        const bool prompt = prompt_rows > 0 && (prompt_split(c, j->w.type) ||
-                                                (j->up.data && prompt_split(c, j->up.type)));
-        if (!all && !prompt) continue;
-        j->xr_rows = all ? rows : prompt_rows;
+        j->xr_rows = xr_rows_of(c, j->w, j->up, rows, prompt_rows);
+        if (!j->xr_rows) continue;
+        if (c->xr_pre.x == j->x && c->xr_pre.k == j->k && c->xr_pre.rows >= j->xr_rows)
+            j->xr = c->xr_pre.xr;
         for (int p = 0; p < i && !j->xr; p++)
             if (jobs[p].x == j->x && jobs[p].k == j->k && jobs[p].xr_rows >= j->xr_rows)
                 j->xr = jobs[p].xr;
         if (j->xr || slot == CPU_XQ_SLOTS) continue;
         j->xr = round_rows_once(c, slot++, j->x, j->xr_rows, j->k);
     }
+    c->xr_pre.x = NULL; /* the pass after this region writes those rows again */
     mm_region r = {jobs, n_jobs, rows, prompt_rows, c};
     if (split)
         pool_run_split(&c->workers, total, mm_range, &r);
@@ -851,12 +906,32 @@ static void for_rows(cpu *c, int rows, rows_fn fn, const void *arg)
     run_rows(c, rows, 2 * nw, fn, arg);
 }
 
-/* xb[r] = rmsnorm(x[r]) * weight. */
-static void norm_rows(cpu *c, int r0, int r1, const void *weight)
+typedef struct norm_arg {
+    const float *weight;
+    uint16_t *xr; /* the first xr_rows rows of xb rounded to bf16 here, or NULL */
+    int xr_rows;
+} norm_arg;
+
+/* xb[r] = rmsnorm(x[r]) * weight, and rounded to bf16 for r < xr_rows. */
+static void norm_part(cpu *c, int r0, int r1, const void *arg)
 {
-    const int dim = c->c.dim;
-    for (int r = r0; r < r1; r++)
-        rmsnorm(c->xb + (size_t)r * dim, c->x + (size_t)r * dim, weight, dim, c->hp.norm_eps);
+    const norm_arg *a = arg;
+    const int dim = c->c.dim, ld_r = gemm_bf16_round_ld(dim);
+    for (int r = r0; r < r1; r++) {
+        float *o = c->xb + (size_t)r * dim;
+        rmsnorm(o, c->x + (size_t)r * dim, a->weight, dim, c->hp.norm_eps);
+        if (r < a->xr_rows) gemm_bf16_round(1, dim, o, dim, a->xr + (size_t)r * ld_r);
+    }
+}
+
+/* xb = rmsnorm(x) * weight for T rows, and the first xr_rows of them rounded to bf16 for the
+ * next region's products (xr_made; 0: none). */
+static void norm_rows(cpu *c, int T, const float *weight, int xr_rows)
+{
+    norm_arg a = {weight, xr_rows > 0 ? xr_pre_buf(c, 0, xr_rows, c->c.dim) : NULL, 0};
+    if (a.xr) a.xr_rows = xr_rows;
+    for_rows(c, T, norm_part, &a);
+    if (a.xr) xr_made(c, c->xb, c->c.dim, xr_rows, a.xr);
 }
 
 /* A row's Q, K and V made: qwen2's biases, qwen3's head norms, RoPE at the row's position,
@@ -1010,7 +1085,8 @@ static int cpu_execute(void *priv, const eng_batch *batch, float *logits)
         c->layer = l;
         c->window = eng_layer_windowed(&c->hp, l) ? c->hp.swa_window : 0;
         const eng_layer_weights *lw = &w->layers[l];
-        for_rows(c, T, norm_rows, lw->rms_att);
+        const eng_wmat none = {0};
+        norm_rows(c, T, lw->rms_att, xr_rows_of(c, lw->wq, none, T, P));
 
         t0 = pool_now_ns();
         mm_job qkv[3] = {
@@ -1040,7 +1116,7 @@ static int cpu_execute(void *priv, const eng_batch *batch, float *logits)
         proj += pool_now_ns() - t0;
         if (lw->post_att) post_norm_add(c, lw->post_att, T);
 
-        for_rows(c, T, norm_rows, lw->rms_ffn);
+        norm_rows(c, T, lw->rms_ffn, lw->router.data ? 0 : xr_rows_of(c, lw->w1, lw->w3, T, P));
 
         t0 = pool_now_ns();
         if (lw->router.data) { /* a mixture of experts in place of the FFN */
@@ -1059,7 +1135,11 @@ static int cpu_execute(void *priv, const eng_batch *batch, float *logits)
                      .up = lw->w3,
                      .y_up = c->h3,
                      .act = c->hp.ffn_act};
+        const int down_xr = xr_rows_of(c, lw->w2, none, T, P);
+        up.xr_out = down_xr ? xr_pre_buf(c, 1, down_xr, hidden) : NULL;
+        up.xr_out_rows = up.xr_out ? down_xr : 0;
         matmul_jobs(c, &up, 1, T, P);
+        if (up.xr_out) xr_made(c, c->h1, hidden, down_xr, up.xr_out);
         mm_job down = {.w = lw->w2,
                        .n = dim,
                        .k = hidden,
@@ -1136,6 +1216,8 @@ static void cpu_destroy(void *priv)
         free(c->xq_mem[i]);
         free(c->xr_mem[i]);
     }
+    free(c->xr_pre_mem[0]);
+    free(c->xr_pre_mem[1]);
     free(c);
 }
 

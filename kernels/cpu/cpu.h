@@ -79,6 +79,17 @@ typedef struct cpu {
     /* the same rows rounded to bf16 once for gemm_bf16's tiles, as many slots */
     uint16_t *xr_mem[CPU_XQ_SLOTS];
     size_t xr_cap[CPU_XQ_SLOTS];
+    /* Rows rounded to bf16 by the pass that made them (a norm, the SwiGLU), for the next
+     * region's products (cpu.c, xr_made): the first `rows` rows of x (k floats each) at xr,
+     * or x NULL; matmul_jobs takes them and clears it. Two buffers: the gated product reads
+     * the one its norm filled while it fills the other. */
+    struct {
+        const float *x;
+        int k, rows;
+        const uint16_t *xr;
+    } xr_pre;
+    uint16_t *xr_pre_mem[2];
+    size_t xr_pre_cap[2];
     pool workers;
     eng_phase_stats stats;
     /* Prompt rows in BF16 tiles (eng_batch.prompt_len, eng_options.prompt_exact): whether

@@ -129,24 +129,34 @@ static BF16 void pack_panel(int wtype, const char *w, size_t rb, int nr, int k0,
     }
 }
 
+/* xb[r][k0 .. k1) = bf16(x[r][k0 .. k1)) for r < mr, and where k1 = kc the zeros after kc up to
+ * roundup(kc, 32); rows of x ld_x and of xb ld_xb apart, x and xb at element 0 of a row. Each
+ * element on its own (vcvtneps2bf16), so a row rounded in parts of columns, by whichever task
+ * made each part, is the row rounded whole. */
+static BF16 void round_part(const float *x, int ld_x, int mr, int kc, int k0, int k1, uint16_t *xb,
+                            int ld_xb)
+{
+    const int kend = k1 == kc ? (kc + 31) / 32 * 32 : k1;
+    for (int r = 0; r < mr; r++) {
+        const float *xr = x + (size_t)r * ld_x;
+        uint16_t *o = xb + (size_t)r * ld_xb;
+        for (int i = k0; i < kend; i += 16) {
+            const int left = k1 - i, n = kend - i < 16 ? kend - i : 16;
+            const __mmask16 in = left >= 16  ? 0xFFFF
+                                 : left <= 0 ? 0
+                                             : (__mmask16)((1u << left) - 1),
+                            out = n >= 16 ? 0xFFFF : (__mmask16)((1u << n) - 1);
+            const __m512 a = _mm512_maskz_loadu_ps(in, xr + i);
+            _mm256_mask_storeu_epi16(o + i, out, (__m256i)_mm512_cvtneps_pbh(a));
+        }
+    }
+}
+
 /* xb[r][0 .. roundup(kc, 32)) = bf16(x[r][0 .. kc)), zeros after kc, for r < mr; rows of xb
  * ld_xb apart. */
 static BF16 void round_rows(const float *x, int ld_x, int mr, int kc, uint16_t *xb, int ld_xb)
 {
-    for (int r = 0; r < mr; r++) {
-        const float *xr = x + (size_t)r * ld_x;
-        uint16_t *o = xb + (size_t)r * ld_xb;
-        for (int i = 0; i < kc; i += 32) {
-            const int left = kc - i;
-            const __mmask16 lo = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1),
-                            hi = left >= 32   ? 0xFFFF
-                                 : left <= 16 ? 0
-                                              : (__mmask16)((1u << (left - 16)) - 1);
-            const __m512 a = _mm512_maskz_loadu_ps(lo, xr + i),
-                         b = _mm512_maskz_loadu_ps(hi, xr + i + 16);
-            _mm512_storeu_si512((__m512i *)(o + i), (__m512i)_mm512_cvtne2ps_pbh(b, a));
-        }
-    }
+    round_part(x, ld_x, mr, kc, 0, kc, xb, ld_xb);
 }
 
 /* ---- the 8 x 32 tile ---------------------------------------------------------------------- */
@@ -254,6 +264,12 @@ void gemm_bf16_round(int M, int K, const float *x, int ld_x, uint16_t *xr)
     if (gemm_bf16_supported()) round_rows(x, ld_x, M, K, xr, gemm_bf16_round_ld(K));
 }
 
+void gemm_bf16_round_cols(int M, int K, int k0, int k1, const float *x, int ld_x, uint16_t *xr)
+{
+    if (gemm_bf16_supported() && 0 <= k0 && k0 < k1 && k1 <= K)
+        round_part(x, ld_x, M, K, k0, k1, xr, gemm_bf16_round_ld(K));
+}
+
 bool gemm_bf16_rounded(int wtype, int M, int N, int K, const uint16_t *xr, const void *w,
                        size_t w_row_bytes, float beta, float *y, int ld_y)
 {
@@ -333,6 +349,11 @@ bool gemm_bf16(int wtype, int M, int N, int K, const float *x, int ld_x, const v
 void gemm_bf16_round(int M, int K, const float *x, int ld_x, uint16_t *xr)
 {
     (void)M, (void)K, (void)x, (void)ld_x, (void)xr;
+}
+
+void gemm_bf16_round_cols(int M, int K, int k0, int k1, const float *x, int ld_x, uint16_t *xr)
+{
+    (void)M, (void)K, (void)k0, (void)k1, (void)x, (void)ld_x, (void)xr;
 }
 
 bool gemm_bf16_rounded(int wtype, int M, int N, int K, const uint16_t *xr, const void *w,

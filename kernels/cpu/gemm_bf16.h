@@ -63,6 +63,10 @@ bool gemm_bf16(int wtype, int M, int N, int K, const float *x, int ld_x, const v
  */
 int gemm_bf16_round_ld(int K);
 void gemm_bf16_round(int M, int K, const float *x, int ld_x, uint16_t *xr);
+/* Columns k0 .. k1 of the same rows (x and xr at element 0 of row 0; 0 <= k0 < k1 <= K, else
+ * nothing), and where k1 = K the zeros past K: a row rounded in parts of columns, each by the
+ * task that made it while it is in that core's cache, is the row gemm_bf16_round writes. */
+void gemm_bf16_round_cols(int M, int K, int k0, int k1, const float *x, int ld_x, uint16_t *xr);
 bool gemm_bf16_rounded(int wtype, int M, int N, int K, const uint16_t *xr, const void *w,
                        size_t w_row_bytes, float beta, float *y, int ld_y);
 
