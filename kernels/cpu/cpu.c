@@ -591,11 +591,15 @@ static void rope(const cpu *c, float *vec, int len, int pos)
         }
         return;
     }
-    for (int i = 0; i < len; i += 2) {
-        int j = (i % c->head_size) / 2;
-        float v0 = vec[i], v1 = vec[i + 1];
-        vec[i] = v0 * cs[j] - v1 * sn[j];
-        vec[i + 1] = v0 * sn[j] + v1 * cs[j];
+    /* head by head: the pair's angle without a division per pair (i % head_size was most of
+     * the time RoPE took, 1.5% of a one-thread BF16 prefill, perf record) */
+    for (int h0 = 0; h0 < len; h0 += c->head_size) {
+        float *v = vec + h0;
+        for (int j = 0; j < half; j++) {
+            const float v0 = v[2 * j], v1 = v[2 * j + 1];
+            v[2 * j] = v0 * cs[j] - v1 * sn[j];
+            v[2 * j + 1] = v0 * sn[j] + v1 * cs[j];
+        }
     }
 }
 
