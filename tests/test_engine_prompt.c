@@ -10,7 +10,8 @@
  * as before; the engine's report names both paths; the tiles' weights packed once at load
  * (the default) give the bits of packing them in each product (RINGLM_PACKED_WEIGHTS=0), for
  * prompt rows of F32 and F16 weights and the large batches of BF16 weights, and cost the
- * memory the engine reports.
+ * memory the engine reports; the last layer run for the logits rows alone (and not past its
+ * K and V for a chunk without logits) gives those rows' bits.
  */
 #include "engine_test_util.h"
 #include "gguf_test_util.h"
@@ -346,6 +347,91 @@ Test(engine_prompt, weights_packed_at_load_give_the_bits_of_packing_per_product,
             free(off);
             free(on);
         }
+        eng_model_free(ms[mi]);
+    }
+}
+
+/* The last row's logits of a plen-row prompt (blocks 0..31 of 8) on a fresh two-thread
+ * engine, in one batch or in two chunks (the first plen / 2 rows, then the rest), the chunk
+ * before the last with every row's logits (all_first) or none; the last chunk asks for the
+ * last row's logits alone, or (twice) for that row twice: logits rows out of ascending order,
+ * which run the whole last layer (cpu.c, last_layer_tail), and a classifier of two rows,
+ * which takes the path of one (gemm_small's rows and the one-row dots do not depend on
+ * their batch-mates). */
+static void last_row_logits(const eng_model *m, int plen, bool chunked, bool all_first, bool twice,
+                            float *out)
+{
+    const int V = eng_model_cfg(m)->vocab_size;
+    int32_t prompt[256], blocks[32];
+    prompt_of(prompt, plen, V, 5);
+    for (int j = 0; j < 32; j++) blocks[j] = j;
+    float *lg = malloc((size_t)plen * V * sizeof(float));
+    cr_assert(lg);
+    eng *e = ts_engine(m, 32, 8, 2);
+    eng_batch_builder bb;
+    cr_assert_eq(eng_bb_init(&bb, plen, 1, 32, 8), 0, "%s", eng_errmsg());
+    const int first = chunked ? plen / 2 : 0, n = plen - first;
+    if (first) {
+        cr_assert_eq(eng_bb_add_logits(&bb, prompt, 0, first, blocks, 32, all_first ? first : 0),
+                     0);
+        cr_assert_eq(eng_bb_set_prompt(&bb, plen), 0);
+        cr_assert_eq(eng_execute(e, eng_bb_batch(&bb), lg), 0, "%s", eng_errmsg());
+        eng_bb_reset(&bb);
+    }
+    cr_assert_eq(eng_bb_add_logits(&bb, prompt, first, n, blocks, 32, 1), 0);
+    cr_assert_eq(eng_bb_set_prompt(&bb, plen), 0);
+    eng_batch b = *eng_bb_batch(&bb);
+    const int32_t last2[2] = {n - 1, n - 1};
+    if (twice) {
+        b.n_logits = 2;
+        b.logits_rows = last2;
+    }
+    cr_assert_eq(eng_execute(e, &b, lg), 0, "%s", eng_errmsg());
+    if (twice) cr_assert(memcmp(lg, lg + V, (size_t)V * sizeof(float)) == 0, "one row, two logits");
+    memcpy(out, lg, (size_t)V * sizeof(float));
+    eng_bb_free(&bb);
+    eng_destroy(e);
+    free(lg);
+}
+
+/* After the last layer only the logits rows are read, so its attention, Wo and FFN run for
+ * them alone where the tiles take every row (F32 / F16 prompt rows, BF16 above 128 rows), and
+ * a chunk without logits stops at the last layer's K and V: the last row's logits are the
+ * same bits with the whole last layer as with its tail, and after a first chunk with every
+ * row's logits or none (the second chunk's attention reads the first's last-layer K and V). */
+Test(engine_prompt, the_last_layer_for_the_logits_rows_alone_keeps_their_bits, .init = mk_tmpdir,
+     .fini = rm_tmpdir, .timeout = 120)
+{
+    eng_model *ms[4];
+    const char *names[4];
+    int nm = models(ms, names);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tail-BF16.gguf", tmpdir);
+    export_gguf("synthetic:quant-test:3", NULL, "BF16", NULL, path);
+    names[nm] = "quant-test (BF16)";
+    ms[nm++] = load(path);
+    static const int plens[] = {2, 33, 200};
+    for (int mi = 0; mi < nm; mi++) {
+        const int V = eng_model_cfg(ms[mi])->vocab_size;
+        float *whole = malloc((size_t)V * sizeof(float)), *tail = malloc((size_t)V * sizeof(float));
+        cr_assert(whole && tail);
+        for (size_t pi = 0; pi < sizeof plens / sizeof plens[0]; pi++) {
+            const int plen = plens[pi];
+            last_row_logits(ms[mi], plen, false, false, true, whole);
+            last_row_logits(ms[mi], plen, false, false, false, tail);
+            cr_assert(memcmp(whole, tail, (size_t)V * sizeof(float)) == 0,
+                      "%s, %d prompt rows: the last row's logits from the last layer's tail differ "
+                      "from the whole layer's (largest difference %g of the largest logit)",
+                      names[mi], plen, ts_rel_diff(tail, whole, V));
+            last_row_logits(ms[mi], plen, true, true, false, whole);
+            last_row_logits(ms[mi], plen, true, false, false, tail);
+            cr_assert(memcmp(whole, tail, (size_t)V * sizeof(float)) == 0,
+                      "%s, %d prompt rows in two chunks: the last row's logits after a first "
+                      "chunk without logits differ (largest difference %g of the largest logit)",
+                      names[mi], plen, ts_rel_diff(tail, whole, V));
+        }
+        free(whole);
+        free(tail);
         eng_model_free(ms[mi]);
     }
 }

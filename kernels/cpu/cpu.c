@@ -125,10 +125,13 @@ typedef struct mm_region {
 /* Whether the first prompt_rows rows of a product with weights of type wtype go through the
  * BF16 tiles apart from the others: F32 and F16 weights on an engine that takes prompt rows
  * there (cpu.prompt_bf16). BF16 weights take those tiles above gemm_small's rows whatever
- * the rows are, and quantized ones their integer paths. */
+ * the rows are, and quantized ones their integer paths. In the last layer's tail (cpu.
+ * tail_tiles: the logits rows alone, last_layer_tail) F32, F16 and BF16 weights take them at
+ * any count too, as the whole batch did. */
 static bool prompt_split(const cpu *c, int wtype)
 {
-    return c->prompt_bf16 && (wtype == ENG_W_F32 || wtype == ENG_W_F16);
+    const bool float_type = wtype == ENG_W_F32 || wtype == ENG_W_F16;
+    return (c->prompt_bf16 && float_type) || (c->tail_tiles && (float_type || wtype == ENG_W_BF16));
 }
 
 /* Layer l's dense projections in the order of cpu.packed. */
@@ -1079,6 +1082,69 @@ static int order_prompt_rows(cpu *c, const eng_batch *b, const eng_batch **out, 
     return 0;
 }
 
+/* ---- the last layer's tail ---------------------------------------------------------- */
+
+/*
+ * After the last layer only the logits rows are read (the final norm and the classifier),
+ * and every row's K and V are written by then: the last layer's attention, Wo and FFN of the
+ * other rows made nothing anyone reads. A prompt of 256 rows with the last row's logits spent
+ * most of a layer, a twelfth of stories110M's time, on them; llama.cpp drops those rows too
+ * (inp_out_ids). So the last layer's tail runs for the logits rows alone: the attention
+ * tiles that hold one, then Wo, the norm and the FFN for those rows moved to the first rows.
+ * A prompt chunk that wants no logits stops at the last layer's K and V.
+ *
+ * The logits keep their bits: a tile's attention does not depend on the other tiles, and the
+ * tail's products take gemm_bf16's tiles for its rows (cpu.tail_tiles), which is what the
+ * whole batch's took for every row, and whose rows do not depend on each other. So the tail
+ * is taken only where every product of the layer after the attention ran every row in those
+ * tiles (tail_all_tiles), logits rows come in ascending order (moved down in place), and the
+ * layer has no mixture of experts or norms after its blocks; otherwise the whole layer runs.
+ */
+
+/* Whether a product of rows of which the first prompt_rows are prompt rows takes gemm_bf16's
+ * tiles for every row with weights of wtype, as mm_rows chooses. */
+static bool tiles_every_row(const cpu *c, int wtype, int rows, int prompt_rows)
+{
+    if (prompt_rows > 0 && prompt_split(c, wtype))
+        return prompt_rows == rows || takes_bf16_tiles(wtype, rows - prompt_rows);
+    return takes_bf16_tiles(wtype, rows);
+}
+
+/* Whether the last layer (lw) of batch b, T rows of which the first P are prompt rows, may
+ * run its tail for the logits rows alone (see above). */
+static bool last_layer_tail(const cpu *c, const eng_batch *b, const eng_layer_weights *lw, int T,
+                            int P)
+{
+    if (lw->router.data || lw->post_att || lw->post_ffn || !lw->w3.data) return false;
+    const eng_wmat m[4] = {lw->wo, lw->w1, lw->w2, lw->w3};
+    for (int i = 0; i < 4; i++)
+        if (!tiles_every_row(c, m[i].type, T, P)) return false;
+    for (int i = 1; i < b->n_logits; i++)
+        if (b->logits_rows[i] <= b->logits_rows[i - 1]) return false;
+    return true;
+}
+
+/* Keeps the attention tiles that hold a logits row (logits rows ascending). */
+static void keep_logits_tiles(cpu *c, const eng_batch *b)
+{
+    int n = 0, i = 0;
+    for (int t = 0; t < c->n_tiles; t++) {
+        while (i < b->n_logits && b->logits_rows[i] < c->tiles[t].row0) i++;
+        if (i < b->n_logits && b->logits_rows[i] < c->tiles[t].row1) c->tiles[n++] = c->tiles[t];
+    }
+    c->n_tiles = n;
+}
+
+/* Rows logits_rows[i] of a (ld floats each) moved to row i: ascending, so each row is read
+ * before anything is written over it. */
+static void move_logits_rows(const eng_batch *b, float *a, int ld)
+{
+    for (int i = 0; i < b->n_logits; i++)
+        if (b->logits_rows[i] != i)
+            memcpy(a + (size_t)i * ld, a + (size_t)b->logits_rows[i] * ld,
+                   (size_t)ld * sizeof(float));
+}
+
 /* ---- forward ------------------------------------------------------------------------ */
 
 static int cpu_execute(void *priv, const eng_batch *batch, float *logits)
@@ -1137,7 +1203,21 @@ static int cpu_execute(void *priv, const eng_batch *batch, float *logits)
 
         t0 = pool_now_ns();
         for_rows(c, T, qkv_rows, lw);
+        /* the last layer: only the logits rows from here on (see last_layer_tail) */
+        int R = T, RP = P; /* the rows the rest of the layer runs for, its prompt rows */
+        const bool tail = l == cfg->n_layers - 1 && last_layer_tail(c, b, lw, T, P);
+        if (l == cfg->n_layers - 1 && !b->n_logits) { /* K and V are all that is read */
+            attn += pool_now_ns() - t0;
+            break;
+        }
+        if (tail) keep_logits_tiles(c, b);
         cpu_attention(c);
+        if (tail) {
+            move_logits_rows(b, c->att, q_dim);
+            move_logits_rows(b, c->x, dim);
+            R = RP = b->n_logits;
+            c->tail_tiles = true;
+        }
         attn += pool_now_ns() - t0;
 
         t0 = pool_now_ns();
@@ -1150,11 +1230,11 @@ static int cpu_execute(void *priv, const eng_batch *batch, float *logits)
                     .y = lw->post_att ? c->xb : c->x,
                     .ld_y = dim,
                     .beta = lw->post_att ? 0.0f : 1.0f};
-        matmul_jobs(c, &o, 1, T, P);
+        matmul_jobs(c, &o, 1, R, RP);
         proj += pool_now_ns() - t0;
         if (lw->post_att) post_norm_add(c, lw->post_att, T);
 
-        norm_rows(c, T, lw->rms_ffn, lw->router.data ? 0 : xr_rows_of(c, lw->w1, lw->w3, T, P));
+        norm_rows(c, R, lw->rms_ffn, lw->router.data ? 0 : xr_rows_of(c, lw->w1, lw->w3, R, RP));
 
         t0 = pool_now_ns();
         if (lw->router.data) { /* a mixture of experts in place of the FFN */
@@ -1173,10 +1253,10 @@ static int cpu_execute(void *priv, const eng_batch *batch, float *logits)
                      .up = lw->w3,
                      .y_up = c->h3,
                      .act = c->hp.ffn_act};
-        const int down_xr = xr_rows_of(c, lw->w2, none, T, P);
+        const int down_xr = xr_rows_of(c, lw->w2, none, R, RP);
         up.xr_out = down_xr ? xr_pre_buf(c, 1, down_xr, hidden) : NULL;
         up.xr_out_rows = up.xr_out ? down_xr : 0;
-        matmul_jobs(c, &up, 1, T, P);
+        matmul_jobs(c, &up, 1, R, RP);
         if (up.xr_out) xr_made(c, c->h1, hidden, down_xr, up.xr_out);
         mm_job down = {.w = lw->w2,
                        .n = dim,
@@ -1185,15 +1265,18 @@ static int cpu_execute(void *priv, const eng_batch *batch, float *logits)
                        .y = lw->post_ffn ? c->xb : c->x,
                        .ld_y = dim,
                        .beta = lw->post_ffn ? 0.0f : 1.0f}; /* x += ffn */
-        matmul_jobs(c, &down, 1, T, P);
+        matmul_jobs(c, &down, 1, R, RP);
         proj += pool_now_ns() - t0;
         if (lw->post_ffn) post_norm_add(c, lw->post_ffn, T);
     }
 
     if (b->n_logits) {
+        /* (after the last layer's tail the logits rows are the first rows) */
         for (int i = 0; i < b->n_logits; i++)
-            rmsnorm(c->xf + (size_t)i * dim, c->x + (size_t)b->logits_rows[i] * dim, w->rms_final,
-                    dim, c->hp.norm_eps);
+            rmsnorm(c->xf + (size_t)i * dim,
+                    c->x + (size_t)(c->tail_tiles ? i : b->logits_rows[i]) * dim, w->rms_final, dim,
+                    c->hp.norm_eps);
+        c->tail_tiles = false;
         t0 = pool_now_ns();
         mm_job cls = {.w = w->wcls,
                       .n = cfg->vocab_size,

@@ -115,6 +115,9 @@ typedef struct cpu {
     /* the batch being executed (read by the tasks) */
     const eng_batch *b;
     int layer;
+    /* the last layer's rows after its attention are the logits rows alone, every product in
+     * gemm_bf16's tiles as the whole batch's would be (cpu.c, last_layer_tail) */
+    bool tail_tiles;
 } cpu;
 
 /* ---- vector helpers ------------------------------------------------------------------ */
