@@ -299,8 +299,9 @@ typedef struct eng_options {
     /* The CPU backend, F32 and F16 weights: by default a batch's prompt rows (eng_batch
      * prompt_len) are multiplied in AVX-512 BF16 tiles where the CPU has them (weights and
      * activations rounded to bf16: kernels/cpu/gemm_bf16.h states the bound), generated rows
-     * in exact float32. true: every row in exact float32, as RINGLM_PREFILL_GEMM=own or
-     * =blas in the environment does (the reference tests' mode). */
+     * in exact float32; and with any weights prompt rows attend with P·V in BF16
+     * (kernels/cpu/attention_bf16.c). true: every row in exact float32, as
+     * RINGLM_PREFILL_GEMM=own or =blas in the environment does (the reference tests' mode). */
     bool prompt_exact;
     /* The CPU backend with AVX-512 BF16: the weights that go through the BF16 tiles (BF16
      * weights; F32 and F16 ones for prompt rows) packed once at load into the tiles' panels,

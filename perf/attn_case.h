@@ -14,6 +14,7 @@
 #define RINGLM_PERF_ATTN_CASE_H
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/gemm_bf16.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -29,6 +30,8 @@ typedef struct attn_case {
     float att_scale; /* q·k times it (0: 1 / sqrt(head_size)) */
     float q_amp;     /* queries uniform in [-q_amp, q_amp] (0: 1); K and V in [-1, 1] */
     int threads;
+    int attn_bf16; /* the engine's prompt path on (cpu.attn_bf16, where the CPU has it): rows
+                      below c.att_prompt_rows, which the caller sets, take attention_bf16.c */
     int n_seqs;
     int ctx[AC_MAX_SEQS];  /* positions of the sequence cached before the batch */
     int rows[AC_MAX_SEQS]; /* its rows in the batch: positions ctx .. ctx + rows - 1 */
@@ -113,6 +116,7 @@ static inline int attn_run_init(attn_run *r, const attn_case *ac)
     c->att_div = ac->att_scale > 0.0f ? 1.0f / ac->att_scale : sqrtf((float)hs);
     c->window = ac->window;
     c->layer = 0;
+    c->attn_bf16 = ac->attn_bf16 && gemm_bf16_supported();
     const int threads = ac->threads > 0 ? ac->threads : 1;
     c->scores_per_worker = cpu_attention_scratch(c);
     c->kv_pool = malloc((size_t)n_blocks * c->block_floats * sizeof(float));

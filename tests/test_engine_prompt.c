@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Prompt rows on the CPU backend (eng_batch.prompt_len): with F32 and F16 weights a prompt's
- * rows are multiplied in AVX-512 BF16 tiles where the CPU has them, generated rows in exact
- * float32, whatever batch they share. So: run.c's reference greedy tokens are unchanged; a
+ * rows are multiplied in AVX-512 BF16 tiles where the CPU has them, and with any weights they
+ * attend with P·V in BF16 (attention_bf16.c); generated rows in exact float32, whatever batch
+ * they share. So: run.c's reference greedy tokens are unchanged; a
  * prompt row's logits stay within PROMPT_TOL of exact float32; a row's path depends on what
  * its token is, never on its batch or chunk (a sequence's logits to the bit alone and beside
  * prompts, its layer-0 K/V to the bit in one chunk or in chunks of 1 or 7, and after a
@@ -102,45 +103,59 @@ Test(engine_prompt, reference_greedy_tokens_are_unchanged_with_prompt_rows_in_bf
 }
 
 /* Every row of a 40-token prompt with its logits, on an exact engine and a default one: within
- * PROMPT_TOL, and not the same bits where the BF16 tiles ran (they did run). Unmarked rows and
+ * PROMPT_TOL, and not the same bits where the BF16 paths ran (they did run). Unmarked rows and
  * prompt_exact give exact float32 to the bit. */
+static void check_prompt_logits(eng_model *m, const char *name)
+{
+    const int plen = 40;
+    const eng_model_config *c = eng_model_cfg(m);
+    const int V = c->vocab_size;
+    int32_t prompt[64], blocks[16];
+    prompt_of(prompt, plen, V, 5);
+    for (int j = 0; j < 16; j++) blocks[j] = j;
+    float *lg[3];
+    for (int run = 0; run < 3; run++) { /* 0 exact engine, 1 default, 2 default unmarked */
+        lg[run] = malloc((size_t)plen * V * sizeof(float));
+        eng *e = ts_engine_mode(m, 16, 8, 2, run == 0);
+        eng_batch_builder bb;
+        cr_assert_eq(eng_bb_init(&bb, plen, 1, 16, 8), 0, "%s", eng_errmsg());
+        cr_assert_eq(eng_bb_add_logits(&bb, prompt, 0, plen, blocks, 16, plen), 0);
+        if (run < 2) cr_assert_eq(eng_bb_set_prompt(&bb, plen), 0);
+        cr_assert_eq(eng_execute(e, eng_bb_batch(&bb), lg[run]), 0, "%s", eng_errmsg());
+        eng_bb_free(&bb);
+        eng_destroy(e);
+    }
+    double worst = 0;
+    for (int r = 0; r < plen; r++) {
+        const double d = ts_rel_diff(lg[0] + (size_t)r * V, lg[1] + (size_t)r * V, V);
+        worst = d > worst ? d : worst;
+    }
+    cr_log_info("%s: prompt-row logits within %.3g of exact (relative)", name, worst);
+    cr_assert_leq(worst, PROMPT_TOL, "%s: prompt-row logits %.3g from exact, bound %g", name, worst,
+                  PROMPT_TOL);
+    if (bf16_here()) cr_assert_gt(worst, 0.0, "%s: prompt rows took the exact path", name);
+    cr_assert(memcmp(lg[0], lg[2], (size_t)plen * V * sizeof(float)) == 0,
+              "%s: unmarked rows on a default engine differ from prompt_exact", name);
+    for (int run = 0; run < 3; run++) free(lg[run]);
+}
+
+/* The float models, and a Q8_0 file, whose prompt rows differ from exact in their attention
+ * only (attention_bf16.c: P·V in BF16). */
 Test(engine_prompt, prompt_row_logits_within_bound_of_exact, .init = mk_tmpdir, .fini = rm_tmpdir)
 {
     eng_model *ms[3];
     const char *names[3];
-    const int nm = models(ms, names), plen = 40;
+    const int nm = models(ms, names);
     for (int mi = 0; mi < nm; mi++) {
-        const eng_model_config *c = eng_model_cfg(ms[mi]);
-        const int V = c->vocab_size;
-        int32_t prompt[64], blocks[16];
-        prompt_of(prompt, plen, V, 5);
-        for (int j = 0; j < 16; j++) blocks[j] = j;
-        float *lg[3];
-        for (int run = 0; run < 3; run++) { /* 0 exact engine, 1 default, 2 default unmarked */
-            lg[run] = malloc((size_t)plen * V * sizeof(float));
-            eng *e = ts_engine_mode(ms[mi], 16, 8, 2, run == 0);
-            eng_batch_builder bb;
-            cr_assert_eq(eng_bb_init(&bb, plen, 1, 16, 8), 0, "%s", eng_errmsg());
-            cr_assert_eq(eng_bb_add_logits(&bb, prompt, 0, plen, blocks, 16, plen), 0);
-            if (run < 2) cr_assert_eq(eng_bb_set_prompt(&bb, plen), 0);
-            cr_assert_eq(eng_execute(e, eng_bb_batch(&bb), lg[run]), 0, "%s", eng_errmsg());
-            eng_bb_free(&bb);
-            eng_destroy(e);
-        }
-        double worst = 0;
-        for (int r = 0; r < plen; r++) {
-            const double d = ts_rel_diff(lg[0] + (size_t)r * V, lg[1] + (size_t)r * V, V);
-            worst = d > worst ? d : worst;
-        }
-        cr_log_info("%s: prompt-row logits within %.3g of exact (relative)", names[mi], worst);
-        cr_assert_leq(worst, PROMPT_TOL, "%s: prompt-row logits %.3g from exact, bound %g",
-                      names[mi], worst, PROMPT_TOL);
-        if (bf16_here()) cr_assert_gt(worst, 0.0, "%s: prompt rows took the exact path", names[mi]);
-        cr_assert(memcmp(lg[0], lg[2], (size_t)plen * V * sizeof(float)) == 0,
-                  "%s: unmarked rows on a default engine differ from prompt_exact", names[mi]);
-        for (int run = 0; run < 3; run++) free(lg[run]);
+        check_prompt_logits(ms[mi], names[mi]);
         eng_model_free(ms[mi]);
     }
+    char path[1024];
+    snprintf(path, sizeof path, "%s/prompt-Q8_0.gguf", tmpdir);
+    export_gguf("synthetic:stories260K:4", NULL, "Q8_0", NULL, path);
+    eng_model *q = load(path);
+    check_prompt_logits(q, "synthetic stories260K (Q8_0)");
+    eng_model_free(q);
 }
 
 /* A sequence decoding alone, then decoding while other sequences prefill prompts beside it

@@ -17,7 +17,12 @@
 #include <criterion/criterion.h>
 #include <math.h>
 
-#define TOL 2e-5
+#define TOL      2e-5
+/* Prompt rows through attention_bf16.c: scores in float32, the softmax's weights P and the
+ * values V rounded to bf16 (2^-9 of each, relative) and P·V summed in float32, so an output
+ * is off by at most about 2^-8 of Σ p·|v| / Σ p, 3.9e-3 for these |v| <= 1: measured 3.1e-4
+ * to 2.6e-3. */
+#define TOL_BF16 5e-3
 
 /* out = softmax over the visible positions of q·k * scale (soft-capped), times V, in double */
 static void reference(const attn_run *r, int seq, int row, int h, double *out)
@@ -47,13 +52,13 @@ static void reference(const attn_run *r, int seq, int row, int h, double *out)
     free(s);
 }
 
-/* Largest |att - reference| over every row and query head. */
-static double max_err(const attn_run *r)
+/* Largest |att - reference| over rows row_lo .. row_hi - 1 of the batch, every query head. */
+static double max_err_rows(const attn_run *r, int row_lo, int row_hi)
 {
     double worst = 0, *ref = malloc((size_t)r->c.head_size * sizeof *ref);
     for (int s = 0; s < r->b.n_seqs; s++)
         for (int row = r->query_start[s]; row < r->query_start[s + 1]; row++)
-            for (int h = 0; h < r->ac.n_heads; h++) {
+            for (int h = 0; h < r->ac.n_heads && row >= row_lo && row < row_hi; h++) {
                 reference(r, s, row, h, ref);
                 const float *got = attn_run_out(r, row, h);
                 for (int j = 0; j < r->c.head_size; j++) {
@@ -64,6 +69,70 @@ static double max_err(const attn_run *r)
             }
     free(ref);
     return worst;
+}
+
+/* Largest |att - reference| over every row and query head. */
+static double max_err(const attn_run *r)
+{
+    return max_err_rows(r, 0, r->n_rows);
+}
+
+/* The case's rows as prompt rows through the BF16 path (attention_bf16.c), where the CPU has
+ * it: within TOL_BF16 of the reference; the same bits in tiles of TILE_ROWS, 7 and 1 rows
+ * (a row's block-mates, as its batch and its prompt's chunking choose them, change nothing)
+ * and with 1 or 2 workers; and with only the first half of the rows marked as prompt rows
+ * (tiles of prompt rows then generated rows), the first half keeps those bits and the rest
+ * take the float path, within TOL. */
+static void check_prompt(const char *what, attn_case ac)
+{
+    if (!gemm_bf16_supported()) return;
+    size_t n_out = 0;
+    float *first = NULL;
+    ac.attn_bf16 = 1;
+    for (int threads = 1; threads <= 2; threads++) {
+        ac.threads = threads;
+        attn_run r;
+        cr_assert_eq(attn_run_init(&r, &ac), 0, "%s: cannot set up", what);
+        n_out = (size_t)r.n_rows * r.c.q_dim;
+        r.c.att_prompt_rows = r.n_rows;
+        const int tile_rows[] = {TILE_ROWS, 7, 1};
+        for (int ti = 0; ti < 3; ti++) {
+            attn_run_tiles(&r, tile_rows[ti]);
+            memset(r.c.att, 0, n_out * sizeof(float));
+            cpu_attention(&r.c);
+            if (!first) {
+                const double err = max_err(&r);
+                cr_log_info("%s: BF16 prompt path %.2g from the reference", what, err);
+                cr_assert_leq(err, TOL_BF16, "%s: BF16 prompt path off the reference by %.3g", what,
+                              err);
+                first = malloc(n_out * sizeof *first);
+                memcpy(first, r.c.att, n_out * sizeof *first);
+                continue;
+            }
+            for (int row = 0; row < r.n_rows; row++) {
+                const size_t at = (size_t)row * r.c.q_dim;
+                cr_assert(memcmp(first + at, r.c.att + at, (size_t)r.c.q_dim * sizeof(float)) == 0,
+                          "%s, %d thread(s): prompt row %d in tiles of %d gives other bits than "
+                          "in tiles of %d",
+                          what, threads, row, tile_rows[ti], TILE_ROWS);
+            }
+        }
+        const int half = r.n_rows / 2;
+        r.c.att_prompt_rows = half;
+        attn_run_tiles(&r, TILE_ROWS);
+        memset(r.c.att, 0, n_out * sizeof(float));
+        cpu_attention(&r.c);
+        cr_assert(memcmp(first, r.c.att, (size_t)half * r.c.q_dim * sizeof(float)) == 0,
+                  "%s, %d thread(s): prompt rows beside generated rows give other bits", what,
+                  threads);
+        const double rest = max_err_rows(&r, half, r.n_rows);
+        cr_assert_leq(rest, TOL,
+                      "%s, %d thread(s): generated rows after prompt rows off the "
+                      "reference by %.3g",
+                      what, threads, rest);
+        attn_run_free(&r);
+    }
+    free(first);
 }
 
 /* The case through the tiled and the per-row path, with 1 and 2 workers: each within TOL of
@@ -99,6 +168,7 @@ static void check(const char *what, attn_case ac)
         attn_run_free(&r);
     }
     free(first);
+    check_prompt(what, ac);
 }
 
 #define ONE(ctx0, rows0) .n_seqs = 1, .ctx = {ctx0}, .rows = {rows0}

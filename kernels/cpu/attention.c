@@ -401,6 +401,33 @@ static void attention_item(cpu *c, int item, int worker)
     const struct tile *tl = &c->tiles[item / c->c.n_kv_heads];
     const int kvh = item % c->c.n_kv_heads;
     float *scratch = c->scores + (size_t)worker * c->scores_per_worker;
+    if (c->attn_bf16) {
+        /* the tile's prompt rows (its first rows: a sequence's positions ascend) in BF16, at
+         * any count, so that a prompt row's bits do not depend on its chunk; the rest as
+         * below, as a tile of their own */
+        int rp = tl->row0;
+        while (rp < tl->row1 && (rp < c->att_prompt_rows ||
+                                 (b->prompt_len && b->positions[rp] < b->prompt_len[tl->seq])))
+            rp++;
+        if (rp > tl->row0) {
+            const struct tile pt = {tl->seq, tl->row0, rp};
+            const int nq = (rp - tl->row0) * c->group, lanes = cpu_attention_bf16_lanes();
+            for (int qi0 = 0; qi0 < nq; qi0 += lanes)
+                cpu_attend_block_bf16(c, &pt, kvh, qi0, scratch);
+        }
+        if (rp == tl->row1) return;
+        if (rp > tl->row0) {
+            const struct tile gt = {tl->seq, rp, tl->row1};
+            if (tl->row1 - rp > 1) {
+                const int nq = (tl->row1 - rp) * c->group;
+                for (int qi0 = 0; qi0 < nq; qi0 += QB) attend_block(c, &gt, kvh, qi0, scratch);
+            } else {
+                attend_row(c, c->q + (size_t)rp * c->q_dim, kv_table(c, tl->seq), kvh, kvh + 1,
+                           b->positions[rp] + 1, scratch, c->att + (size_t)rp * c->q_dim);
+            }
+            return;
+        }
+    }
     if (tl->row1 - tl->row0 > 1) {
         const int nq = (tl->row1 - tl->row0) * c->group;
         for (int qi0 = 0; qi0 < nq; qi0 += QB) attend_block(c, tl, kvh, qi0, scratch);
@@ -446,6 +473,8 @@ size_t cpu_attention_scratch(const cpu *c)
     size_t heads = ATT_ROW_SCRATCH_FLOATS / kv_head;
     heads = heads < 1 ? 1 : heads > (size_t)c->c.n_kv_heads ? (size_t)c->c.n_kv_heads : heads;
     size_t block = (2 * (size_t)c->head_size + KB) * QB + 16, row = heads * kv_head;
+    const size_t bf16 = cpu_attention_bf16_scratch(c->head_size);
+    block = bf16 > block ? bf16 : block;
     return block > row ? block : row;
 }
 

@@ -1211,6 +1211,7 @@ static int cpu_execute(void *priv, const eng_batch *batch, float *logits)
             break;
         }
         if (tail) keep_logits_tiles(c, b);
+        c->att_prompt_rows = P;
         cpu_attention(c);
         if (tail) {
             move_logits_rows(b, c->att, q_dim);
@@ -1658,6 +1659,10 @@ static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void *
     c->prompt_bf16 = !opt->prompt_exact && gemm_bf16_supported() &&
                      (mode == GEMM_F32_AUTO || mode == GEMM_F32_BF16) &&
                      (c->hp.weight_type == ENG_W_F32 || c->hp.weight_type == ENG_W_F16);
+    /* prompt rows' attention with P·V in BF16 (attention_bf16.c), any weight type, under the
+     * same switches; heads up to 512 elements (its narrow blocks keep a row in registers) */
+    c->attn_bf16 = !opt->prompt_exact && gemm_bf16_supported() &&
+                   (mode == GEMM_F32_AUTO || mode == GEMM_F32_BF16) && c->head_size <= 512;
     if (c->prompt_bf16) {
         const size_t parts = 2 * (size_t)opt->max_seqs;
         c->ord.tokens = malloc(T * sizeof(int32_t));
@@ -1853,6 +1858,10 @@ static void cpu_describe(void *priv, char *buf, size_t cap)
                  (double)c->packed_bytes / (1 << 20));
     else if (c->pack_why[0] && len < cap)
         snprintf(buf + len, cap - len, "; %s", c->pack_why);
+    const size_t att = strlen(buf);
+    if (c->attn_bf16 && att < cap)
+        snprintf(buf + att, cap - att,
+                 "; prompt rows' attention: P·V in AVX-512 BF16 (scores float32)");
 }
 
 typedef struct task_fwd {

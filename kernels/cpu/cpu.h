@@ -97,6 +97,12 @@ typedef struct cpu {
      * a sequence (its prompt rows, its generated rows) a sequence of its own (cpu.c,
      * order_prompt_rows); grown as batches need. */
     bool prompt_bf16;
+    /* Prompt rows' attention with P·V in AVX-512 BF16 (attention_bf16.c), any weight type:
+     * where the CPU has it, unless eng_options.prompt_exact or RINGLM_PREFILL_GEMM=own /
+     * =blas; and how many first rows of the batch in c->b are prompt rows (order_prompt_rows
+     * puts them first), set per batch */
+    bool attn_bf16;
+    int att_prompt_rows;
     struct {
         eng_batch b;
         int32_t *tokens, *positions, *query_start, *seq_len, *ring, *logits_rows, *block_table;
@@ -190,10 +196,19 @@ static inline const int32_t *kv_table(const cpu *c, int seq)
 }
 
 /* Paged attention of the batch c->b at layer c->layer, for every tile of c->tiles and KV
- * head, on the pool: writes c->att. */
+ * head, on the pool: writes c->att. Prompt rows (the first c->att_prompt_rows rows of c->b,
+ * and the rows below c->b->prompt_len) go through attention_bf16.c where c->attn_bf16. */
 void cpu_attention(cpu *c);
 /* Floats of scratch (c->scores) cpu_attention needs per worker, for c's shape (head_size,
  * group, block_size, c.seq_len). */
 size_t cpu_attention_scratch(const cpu *c);
+
+/* attention_bf16.c: query vectors qi0 .. qi0 + cpu_attention_bf16_lanes() - 1 of KV head kvh
+ * of a tile of prompt rows (its rows times the group's query heads, row-major), P·V in
+ * AVX-512 BF16 (x86-64 with gemm_bf16_supported() only, heads up to 512); scratch:
+ * cpu_attention_bf16_scratch floats. */
+void cpu_attend_block_bf16(const cpu *c, const struct tile *tl, int kvh, int qi0, float *scratch);
+int cpu_attention_bf16_lanes(void);
+size_t cpu_attention_bf16_scratch(int head_size);
 
 #endif
