@@ -12,11 +12,14 @@
  *
  *   attn_bench [--positions 256,1024,2048] [--chunk C] [--heads 12] [--kv-heads 12]
  *              [--head-size 64] [--block-size 16] [--window W] [--softcap S]
- *              [--threads 2] [--repeats 9] [--clock cpu] [--json]
+ *              [--threads 2] [--repeats 9] [--clock cpu] [--bf16] [--json]
  *
  * The defaults are stories110M's attention (12 heads of 64) with the daemon's blocks of 16.
  * --clock cpu times the process's CPU time (every worker's, spinning included) instead of
- * wall time: a figure that moves less when others share the cores.
+ * wall time: a figure that moves less when others share the cores. --bf16 times a third
+ * side in the same repeats, where the CPU has AVX-512 BF16: the rows as prompt rows, in
+ * tiles, through the engine's BF16 prompt path (kernels/cpu/attention_bf16.c), with the
+ * ratio of the float tiles' median to its own.
  */
 #include "perf/attn_case.h"
 #include "perf/bench_util.h"
@@ -86,10 +89,11 @@ int main(int argc, char **argv)
                                          {"repeats", required_argument, 0, 'r'},
                                          {"clock", required_argument, 0, 'c'},
                                          {"json", no_argument, 0, 'j'},
+                                         {"bf16", no_argument, 0, 'B'},
                                          {0, 0, 0, 0}};
     int ch;
     bench_prog = "attn_bench";
-    while ((ch = getopt_long(argc, argv, "n:C:H:K:d:b:w:s:t:r:c:j", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "n:C:H:K:d:b:w:s:t:r:c:jB", opts, NULL)) != -1) {
         switch (ch) {
         case 'n':
             n_positions = parse_list(optarg, positions, 16);
@@ -109,11 +113,12 @@ int main(int argc, char **argv)
             bench_clock = strcmp(optarg, "cpu") == 0 ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC;
             break;
         case 'j': json = 1; break;
+        case 'B': ac.attn_bf16 = 1; break;
         default:
             fprintf(stderr, "usage: attn_bench [--positions 256,1024,2048] [--chunk C] "
                             "[--heads H] [--kv-heads K] [--head-size D] [--block-size B] "
                             "[--window W] [--softcap S] [--threads T] [--repeats R] "
-                            "[--clock cpu|wall] [--json]\n");
+                            "[--clock cpu|wall] [--bf16] [--json]\n");
             return 2;
         }
     }
@@ -146,22 +151,32 @@ int main(int argc, char **argv)
         ac.rows[0] = rows;
         attn_run r;
         if (attn_run_init(&r, &ac)) bench_die("%d positions: out of memory", n);
-        double tt[99], tp[99];
+        const int bf16 = r.c.attn_bf16;
+        double tt[99], tp[99], tb[99];
         for (int i = -1; i < repeats; i++) { /* i = -1 warms both: pages touched, workers up */
             attn_run_tiles(&r, TILE_ROWS);
+            r.c.att_prompt_rows = 0;
             double t0 = now_s();
             cpu_attention(&r.c);
             double t1 = now_s();
             attn_run_tiles(&r, 1);
             cpu_attention(&r.c);
-            double t2 = now_s();
+            double t2 = now_s(), t3 = t2;
+            if (bf16) {
+                attn_run_tiles(&r, TILE_ROWS);
+                r.c.att_prompt_rows = r.n_rows;
+                t2 = now_s();
+                cpu_attention(&r.c);
+                t3 = now_s();
+            }
             if (i >= 0) {
                 tt[i] = t1 - t0;
                 tp[i] = t2 - t1;
+                tb[i] = t3 - t2;
             }
         }
         const double gflop = attn_run_flops(&r) * 1e-9;
-        side a = summarize(tt, repeats), p = summarize(tp, repeats);
+        side a = summarize(tt, repeats), p = summarize(tp, repeats), q = summarize(tb, repeats);
         if (json) {
             json_t *o = json_object();
             json_object_set_new(o, "positions", json_integer(n));
@@ -175,12 +190,22 @@ int main(int argc, char **argv)
             json_object_set_new(o, "per_row_ms_hi", json_real(p.hi * 1e3));
             json_object_set_new(o, "tiles_gflops", json_real(gflop / a.med));
             json_object_set_new(o, "per_row_gflops", json_real(gflop / p.med));
+            if (bf16) {
+                json_object_set_new(o, "bf16_ms", json_real(q.med * 1e3));
+                json_object_set_new(o, "bf16_ms_lo", json_real(q.lo * 1e3));
+                json_object_set_new(o, "bf16_ms_hi", json_real(q.hi * 1e3));
+                json_object_set_new(o, "bf16_gflops", json_real(gflop / q.med));
+            }
             json_array_append_new(rows_j, o);
         } else {
             printf("%9d %5d  %9.3f [%.3f, %.3f] %6.2f GFLOP/s  %9.3f [%.3f, %.3f] %6.2f GFLOP/s"
                    "  %.2fx\n",
                    n, rows, a.med * 1e3, a.lo * 1e3, a.hi * 1e3, gflop / a.med, p.med * 1e3,
                    p.lo * 1e3, p.hi * 1e3, gflop / p.med, p.med / a.med);
+            if (bf16)
+                printf("%9s %5s  prompt rows in BF16: %.3f [%.3f, %.3f] %6.2f GFLOP/s, "
+                       "tiles/BF16 %.2fx\n",
+                       "", "", q.med * 1e3, q.lo * 1e3, q.hi * 1e3, gflop / q.med, a.med / q.med);
             fflush(stdout);
         }
         attn_run_free(&r);
