@@ -322,3 +322,94 @@ Test(kernels_q8k, k23_rows_alone_equal_in_a_batch_at_every_row_count)
     free(x);
     free(got);
 }
+
+/* Q4_K and Q6_K packed once (q_pack, kernels/cpu/quant_kpack.c): every weight-row count
+ * (a tile's last rows missing), one and three superblocks, 1 to 4 activation rows, beta 0 and
+ * 1, quantized weights and random blocks (every bit pattern: 6-bit scales and minimums at
+ * 63, Q6_K's scales at -128), the product read in chunks of 16, 32 or all rows: the bits of
+ * q_matmul_xq on the weights as they lie, nothing written past the n columns; and where it
+ * does not run (5 rows, a chunk not starting on 16 rows, rows prepared for another k) it says
+ * so and writes nothing. */
+Test(kernels_q8k, packed_q4_k_q6_k_give_the_bits_of_the_weights_as_they_lie)
+{
+    static const int types[] = {Q_Q4_K, Q_Q6_K};
+    static const int ks[] = {256, 768};
+    static const int ns[] = {1, 15, 16, 17, 45};
+    static const int chunks[] = {16, 32, 1 << 20};
+    enum { N = 45, KMAX = 768, R = 5, LD = N + 3 };
+    if (!q_packed_bytes(Q_Q4_K, 16, 256)) {
+        cr_assert(!q_pack(Q_Q4_K, NULL, 16, 256, NULL));
+        cr_skip_test("no AVX-512 VNNI here (%s): no packed layout", q_isa_name(q_isa()));
+    }
+    cr_assert_eq(q_packed_bytes(Q_Q8_0, 16, 256), 0, "Q8_0 has no packed layout");
+    cr_assert_eq(q_packed_bytes(Q_Q4_K, 16, 100), 0, "k must be a multiple of 256");
+    cr_assert_eq(q_packed_bytes(Q_Q4_K, 17, 768), 2 * 3 * 2368);
+    cr_assert_eq(q_packed_bytes(Q_Q6_K, 16, 256), 3392);
+    float *x = malloc((size_t)R * KMAX * sizeof *x), *wf = malloc((size_t)N * KMAX * sizeof *wf);
+    float *want = malloc((size_t)R * LD * sizeof *want),
+          *got = malloc((size_t)R * LD * sizeof *got);
+    unsigned char *q = malloc(q_row_bytes(Q_F32, KMAX) * N);
+    const size_t pb = q_packed_bytes(Q_Q6_K, N, KMAX);
+    void *packed = aligned_alloc(64, pb);
+    const size_t xb = q_xq_bytes(R, KMAX);
+    void *xmem = malloc(xb), *xmem5 = malloc(xb);
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+            for (int source = 0; source < 2; source++) {
+                const int type = types[t], k = ks[ki];
+                if (source == 0) {
+                    for (size_t i = 0; i < (size_t)N * k; i++) wf[i] = rnd_float();
+                    quantized_rows(type, wf, q, N, k);
+                } else {
+                    random_blocks(type, q, N, k);
+                }
+                for (size_t i = 0; i < (size_t)R * k; i++)
+                    x[i] = rnd_float() * (float)(1 << (i / 32 % 9)) * 0.1f;
+                for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                    const int n = ns[ni];
+                    cr_assert(q_pack(type, q, n, k, packed));
+                    for (int rows = 1; rows <= 4; rows++) {
+                        const q_xq *a = q_xq_prepare(xmem, xb, x, rows, k);
+                        cr_assert_not_null(a);
+                        for (int beta = 0; beta <= 1; beta++) {
+                            for (int i = 0; i < R * LD; i++)
+                                want[i] = got[i] = 0.25f * (float)(i % 7);
+                            q_matmul_xq(type, q, n, k, a, x, rows, (float)beta, want, LD);
+                            for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
+                                for (int i = 0; i < R * LD; i++) got[i] = 0.25f * (float)(i % 7);
+                                for (int n0 = 0; n0 < n; n0 += chunks[c]) {
+                                    const int m = n - n0 < chunks[c] ? n - n0 : chunks[c];
+                                    cr_assert(q_matmul_packed(type, packed, n0, m, k, a, rows,
+                                                              (float)beta, got + n0, LD),
+                                              "type %d n=%d rows=%d: the packed product runs", type,
+                                              n, rows);
+                                }
+                                for (int i = 0; i < R * LD; i++)
+                                    cr_assert(memcmp(&want[i], &got[i], sizeof got[i]) == 0,
+                                              "type %d k=%d n=%d rows=%d beta=%d chunk=%d "
+                                              "source=%d: y[%d][%d] packed %.9g, as they lie %.9g",
+                                              type, k, n, rows, beta, chunks[c], source, i / LD,
+                                              i % LD, (double)got[i], (double)want[i]);
+                            }
+                        }
+                    }
+                }
+                /* where it does not run: nothing written */
+                const q_xq *a5 = q_xq_prepare(xmem5, xb, x, 5, k);
+                const q_xq *a1 = q_xq_prepare(xmem, xb, x, 1, k);
+                for (int i = 0; i < R * LD; i++) got[i] = 1.0f;
+                cr_assert(!q_matmul_packed(type, packed, 0, 16, k, a5, 5, 0.0f, got, LD));
+                cr_assert(!q_matmul_packed(type, packed, 8, 8, k, a1, 1, 0.0f, got, LD));
+                cr_assert(!q_matmul_packed(type, packed, 0, 16, k == 256 ? 768 : 256, a1, 1, 0.0f,
+                                           got, LD));
+                for (int i = 0; i < R * LD; i++) cr_assert_eq(got[i], 1.0f, "y[%d] written", i);
+            }
+    free(x);
+    free(wf);
+    free(want);
+    free(got);
+    free(q);
+    free(packed);
+    free(xmem);
+    free(xmem5);
+}

@@ -528,6 +528,36 @@ void q_matmul_xq(int type, const void *w, int n, int k, const q_xq *a, const flo
     q_matmul(type, w, n, k, x, rows, beta, y, ld_y);
 }
 
+_Static_assert(Q_PACKED_MAX_ROWS == KT1_ROWS, "the packed products are qk_kt1_*'s rows");
+
+size_t q_packed_bytes(int type, int n, int k)
+{
+    return q_isa() >= Q_ISA_AVX512 ? qk_p1_bytes(type, n, k) : 0;
+}
+
+bool q_pack(int type, const void *w, int n, int k, void *out)
+{
+    return q_packed_bytes(type, n, k) && (uintptr_t)out % 64 == 0 && qk_p1_pack(type, w, n, k, out);
+}
+
+bool q_matmul_packed(int type, const void *wp, int n0, int n, int k, const q_xq *a, int rows,
+                     float beta, float *y, int ld_y)
+{
+#if QK_X86
+    /* where q_matmul_xq takes matmul_ktiles' rows as they lie (qk_kt1_*) */
+    if (wp && a && a->rows == rows && rows >= 1 && rows <= KT1_ROWS && a->k == k &&
+        a->isa >= Q_ISA_AVX512 && a->isa == q_isa() && a->xq.kq && qk_p1_type(type) &&
+        k % QK_K == 0 && n0 % Q_PACKED_ROWS == 0 && n > 0) {
+        qk_p1_rows(type, wp, n0, n, k, &a->xq, rows, beta, y, ld_y);
+        return true;
+    }
+#else
+    (void)type, (void)wp, (void)n0, (void)n, (void)k, (void)a, (void)rows, (void)beta, (void)y,
+        (void)ld_y;
+#endif
+    return false;
+}
+
 bool q_bf16_dot_path(int rows)
 {
 #if QK_X86

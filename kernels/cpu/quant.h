@@ -176,6 +176,25 @@ void q_matmul_xq(int type, const void *w, int n, int k, const q_xq *a, const flo
 bool q_matmul_tiles(int type, const void *w, int n, int k, const q_xq *a, float beta, float *y,
                     int ld_y);
 
+/* Q4_K and Q6_K weights packed once (at load) for the products of up to Q_PACKED_MAX_ROWS
+ * activation rows (decode), where the CPU has AVX-512 VNNI (kernels/cpu/quant_kpack.c): 16
+ * weight rows side by side, so that one vpdpbusd dots 4 bytes of x with 16 rows and the
+ * scales are bytes already unpacked (as they lie each 256 weights of a row are unpacked and
+ * reduced on their own). The copy takes 1.028x the Q4_K bytes, 1.0095x the Q6_K ones, and
+ * gives the same bits as the weights as they lie. q_packed_bytes: the bytes of the n rows of
+ * k elements packed (0 where this type or CPU has no such layout); q_pack: packs them into
+ * out (64-aligned; false where q_packed_bytes is 0); q_matmul_packed: q_matmul_xq of the
+ * rows n0 .. n0 + n - 1 (n0 a multiple of Q_PACKED_ROWS) from the packing wp of the whole
+ * matrix, the same bits; false, having written nothing, where it does not run (more rows,
+ * another instruction set or k than a's, a without the Q8_K form): then the caller reads
+ * the weights as they lie. */
+#define Q_PACKED_MAX_ROWS 4
+#define Q_PACKED_ROWS     16
+size_t q_packed_bytes(int type, int n, int k);
+bool q_pack(int type, const void *w, int n, int k, void *out);
+bool q_matmul_packed(int type, const void *wp, int n0, int n, int k, const q_xq *a, int rows,
+                     float beta, float *y, int ld_y);
+
 /* The instruction sets of the kernels, chosen once at run time: the best this CPU has, capped
  * by RINGLM_QUANT_PORTABLE=1 or RINGLM_QUANT_NO_AVX512=1 in the environment, or by
  * q_isa_cap() (tests compare the paths; it returns the previous cap). */

@@ -19,6 +19,8 @@
  *   quant_vnni.c     the AVX-512 VNNI tile kernels all three integer types share
  *   quant_k23.c      Q2_K, Q3_K, IQ4_XS with AVX-512 VNNI and Q8_K activations (qk_kt_*'s
  *                    arithmetic)
+ *   quant_kpack.c    Q4_K, Q6_K packed once at load for a few rows (qk_p1_*: 16 rows side by
+ *                    side, qk_kt1_*'s arithmetic)
  *
  * Every kernel has a portable C form; the x86 ones (AVX2 + FMA + F16C, AVX-512 VNNI) are
  * compiled only where QK_X86 is 1, with target attributes (the rest of the build stays
@@ -304,6 +306,12 @@ void qk_rows_q8k_portable(int type, const void *w, int n, int64_t k, const xq8 *
                           float beta, float *y, int ld_y);
 /* Whether the type has quant_k23.c's AVX-512 VNNI kernels (Q2_K, Q3_K, IQ4_XS). */
 bool qk_kt_k23(int type);
+/* quant_kpack.c: whether the type has the packed layout (Q4_K, Q6_K), its bytes for n rows of
+ * k elements (0: none; k a multiple of 256), and the packing of the n rows at w into out
+ * (64-aligned). */
+bool qk_p1_type(int type);
+size_t qk_p1_bytes(int type, int n, int64_t k);
+bool qk_p1_pack(int type, const void *w, int n, int64_t k, void *out);
 
 /* Quantizes one row of k floats into blocks of the type. */
 void qk_quantize_q8_0(const float *x, void *out, int64_t k);
@@ -629,6 +637,10 @@ VNNI512 void qk_kt_pack_k23(int type, const char *w, size_t rb, int m, int64_t n
                             int8_t *tmp);
 VNNI512 void qk_kt_rows_k23(int type, const kt_w *w, int64_t nb, const struct q_xq *a, int r0,
                             int R, float beta, float *y, int ld_y, __mmask16 mask);
+/* quant_kpack.c: y[r][i] = beta y[r][i] + w_{n0 + i} . x_r for i < n, r < rows (1..KT1_ROWS)
+ * from the packing at wp (n0 a multiple of 16), in qk_kt1_*'s arithmetic. */
+VNNI512 void qk_p1_rows(int type, const void *wp, int n0, int n, int64_t k, const xq8 *x, int rows,
+                        float beta, float *y, int ld_y);
 /* The Q8_K rows r0 .. r1 - 1 of xq (rows x k, k a multiple of 256) laid out for the tiles. */
 VNNI512 void qk_kt_layout(const xq8 *xq, int rows, int r0, int r1, int64_t k, const kt_x *t);
 
