@@ -10,8 +10,11 @@
  *
  *   quant_bench [--shape stories110M|stories15M] [--types Q8_0,Q4_0,...] [--rows 1,2,4,32]
  *               [--repeats R] [--mib M] [--isa avx2|portable] [--clock cpu] [--json]
+ *               [--packed]
  *
- * --isa caps the kernels' instruction set (q_isa_cap); --clock cpu times the thread's CPU
+ * --packed times each type that has a packed layout (q_pack: Q4_K, Q6_K with AVX-512 VNNI)
+ * again, read from copies packed once as the engine packs them at load ("Q4_K/p"; GB/s of
+ * the file's bytes, the activations quantized per product as q_matmul does). --isa caps the kernels' instruction set (q_isa_cap); --clock cpu times the thread's CPU
  * time instead of wall time (figures from a machine busy with others).
  */
 #include "kernels/cpu/quant.h"
@@ -54,19 +57,54 @@ static const char *name_of(int type)
     return "?";
 }
 
+/* The name of a type read from its packing (--packed). */
+static const char *packed_name(int type)
+{
+    return type == Q_Q4_K ? "Q4_K/p" : type == Q_Q6_K ? "Q6_K/p" : "?/p";
+}
+
 typedef struct proj {
     int n, k; /* weight rows, row length */
 } proj;
 
 #define N_PROJ 7
 
-/* One layer of weights of `type`, quantized once, then copied n_layers times. */
+/* One layer of weights of `type`, quantized once, then copied n_layers times; with pk, each
+ * copy's projections packed once (q_pack) as the engine packs them at load. */
 typedef struct layer_set {
     int type;
     size_t layer_bytes, off[N_PROJ];
     int n_layers;
     char *w;
+    char *pk; /* the packed copies (--packed), or NULL */
+    size_t pk_layer_bytes, pk_off[N_PROJ];
 } layer_set;
+
+/* The activations quantized per product when the packing is read (q_matmul does it itself). */
+static void *xq_mem;
+static size_t xq_cap;
+
+/* ls's layers packed (the packed set timed beside the weights as they lie), or -1. */
+static int layer_pack(layer_set *ls, const layer_set *from, const proj *p)
+{
+    *ls = *from;
+    size_t bytes = 0;
+    for (int i = 0; i < N_PROJ; i++) {
+        ls->pk_off[i] = bytes;
+        const size_t b = q_packed_bytes(ls->type, p[i].n, p[i].k);
+        if (!b) return -1;
+        bytes += (b + 63) & ~(size_t)63;
+    }
+    ls->pk_layer_bytes = bytes;
+    ls->pk = aligned_alloc(64, bytes * (size_t)ls->n_layers);
+    if (!ls->pk) return -1;
+    for (int l = 0; l < ls->n_layers; l++)
+        for (int i = 0; i < N_PROJ; i++)
+            if (!q_pack(ls->type, ls->w + (size_t)l * ls->layer_bytes + ls->off[i], p[i].n, p[i].k,
+                        ls->pk + (size_t)l * bytes + ls->pk_off[i]))
+                return -1;
+    return 0;
+}
 
 static int layer_fill(layer_set *ls, int type, const proj *p, const float *src, size_t mib)
 {
@@ -98,8 +136,16 @@ static double time_layers(const layer_set *ls, const proj *p, const float *x, in
     for (int pass = 0; pass < passes; pass++)
         for (int l = 0; l < ls->n_layers; l++) {
             const char *base = ls->w + (size_t)l * ls->layer_bytes;
-            for (int i = 0; i < N_PROJ; i++)
+            for (int i = 0; i < N_PROJ; i++) {
+                if (ls->pk) {
+                    const q_xq *a = q_xq_prepare(xq_mem, xq_cap, x, M, p[i].k);
+                    if (q_matmul_packed(ls->type,
+                                        ls->pk + (size_t)l * ls->pk_layer_bytes + ls->pk_off[i], 0,
+                                        p[i].n, p[i].k, a, M, 0.0f, y, p[i].n))
+                        continue;
+                }
                 q_matmul(ls->type, base + ls->off[i], p[i].n, p[i].k, x, M, 0.0f, y, p[i].n);
+            }
         }
     return (now_s() - t0) / ((double)passes * ls->n_layers);
 }
@@ -124,19 +170,16 @@ int main(int argc, char **argv)
     const char *shape_name = "stories110M",
                *types_arg = "Q8_0,Q4_0,Q4_1,Q5_0,Q5_1,IQ4_NL,Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,IQ4_XS";
     const char *rows_arg = "1,2,4,32";
-    int repeats = 5, json = 0, isa = -1;
+    int repeats = 5, json = 0, isa = -1, packed = 0;
     size_t mib = 96;
-    static const struct option opts[] = {{"shape", required_argument, 0, 's'},
-                                         {"types", required_argument, 0, 't'},
-                                         {"rows", required_argument, 0, 'm'},
-                                         {"repeats", required_argument, 0, 'r'},
-                                         {"mib", required_argument, 0, 'M'},
-                                         {"isa", required_argument, 0, 'i'},
-                                         {"clock", required_argument, 0, 'c'},
-                                         {"json", no_argument, 0, 'j'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"shape", required_argument, 0, 's'}, {"types", required_argument, 0, 't'},
+        {"rows", required_argument, 0, 'm'},  {"repeats", required_argument, 0, 'r'},
+        {"mib", required_argument, 0, 'M'},   {"isa", required_argument, 0, 'i'},
+        {"clock", required_argument, 0, 'c'}, {"json", no_argument, 0, 'j'},
+        {"packed", no_argument, 0, 'p'},      {0, 0, 0, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "s:t:m:r:M:i:c:j", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "s:t:m:r:M:i:c:jp", opts, NULL)) != -1) {
         switch (ch) {
         case 's': shape_name = optarg; break;
         case 't': types_arg = optarg; break;
@@ -152,6 +195,7 @@ int main(int argc, char **argv)
             bench_clock = strcmp(optarg, "cpu") == 0 ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC;
             break;
         case 'j': json = 1; break;
+        case 'p': packed = 1; break;
         default: isa = -2; break;
         }
     }
@@ -179,7 +223,7 @@ int main(int argc, char **argv)
         fprintf(stderr,
                 "usage: quant_bench [--shape stories110M|stories15M] [--types Q8_0,Q4_0,...] "
                 "[--rows 1,2,4,32] [--repeats 1..64] [--mib 1..4096] [--isa avx2|portable] "
-                "[--clock cpu] [--json]\n"
+                "[--clock cpu] [--json] [--packed]\n"
                 "  types: F16 BF16 Q8_0 Q4_K Q6_K Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL Q2_K Q3_K Q5_K "
                 "IQ4_XS\n");
         return 2;
@@ -191,7 +235,7 @@ int main(int argc, char **argv)
     float *src = malloc((size_t)hidden * dim * sizeof *src);
     float *x = malloc((size_t)max_m * hidden * sizeof *x);
     float *y = malloc((size_t)max_m * hidden * sizeof *y);
-    layer_set *ls = calloc((size_t)n_types + 1, sizeof *ls);
+    layer_set *ls = calloc(2 * (size_t)n_types + 1, sizeof *ls);
     if (!src || !x || !y || !ls) {
         fprintf(stderr, "quant_bench: out of memory\n");
         return 1;
@@ -206,7 +250,7 @@ int main(int argc, char **argv)
         x[i] = (float)((s >> 40) * (1.0 / 16777216.0) * 2 - 1);
     }
     /* Q8_0, the reference, first (added when not asked for) */
-    int all[33], n_all = 0;
+    int all[65], n_all = 0;
     all[n_all++] = Q_Q8_0;
     for (int i = 0; i < n_types; i++)
         if (types[i] != Q_Q8_0) all[n_all++] = types[i];
@@ -215,6 +259,12 @@ int main(int argc, char **argv)
             fprintf(stderr, "quant_bench: out of memory for %s\n", name_of(all[i]));
             return 1;
         }
+    /* --packed: each type that has a packed layout again, read from its packing */
+    for (int i = 0, n = n_all; packed && i < n; i++)
+        if (q_packed_bytes(all[i], p[0].n, p[0].k) && layer_pack(&ls[n_all], &ls[i], p) == 0)
+            all[n_all++] = all[i];
+    xq_cap = q_xq_bytes(max_m, hidden);
+    xq_mem = malloc(xq_cap);
     double macs = 0;
     for (int i = 0; i < N_PROJ; i++) macs += (double)p[i].n * p[i].k;
     if (json)
@@ -229,7 +279,7 @@ int main(int argc, char **argv)
     int first = 1;
     for (int ri = 0; ri < n_rows; ri++) {
         const int M = rows[ri];
-        double t[33][64], rel[33][64];
+        double t[65][64], rel[65][64];
         for (int r = 0; r < repeats; r++)
             for (int i = 0; i < n_all; i++) {
                 /* at least ~0.1 s of Q8_0 reads at 10 GB/s, whole passes */
@@ -251,17 +301,19 @@ int main(int argc, char **argv)
                        "{\"median\":%.2f,\"lowest\":%.2f,\"highest\":%.2f},\"read_gb_s\":%.3f,"
                        "\"gmac_s\":%.3f,\"speed_vs_q8_0\":{\"median\":%.3f,\"lowest\":%.3f,"
                        "\"highest\":%.3f}}",
-                       first ? "" : ",", name_of(all[i]), M, bits, med * 1e6, tt[0] * 1e6,
-                       tt[repeats - 1] * 1e6, gbs, gmac, rmed, rr[0], rr[repeats - 1]);
+                       first ? "" : ",", ls[i].pk ? packed_name(all[i]) : name_of(all[i]), M, bits,
+                       med * 1e6, tt[0] * 1e6, tt[repeats - 1] * 1e6, gbs, gmac, rmed, rr[0],
+                       rr[repeats - 1]);
             else
                 printf("%-7s %3d %5.2f %8.1f [%5.1f,%5.1f] %8.2f %8.2f %6.2fx [%4.2f,%4.2f]\n",
-                       name_of(all[i]), M, bits, med * 1e6, tt[0] * 1e6, tt[repeats - 1] * 1e6, gbs,
-                       gmac, rmed, rr[0], rr[repeats - 1]);
+                       ls[i].pk ? packed_name(all[i]) : name_of(all[i]), M, bits, med * 1e6,
+                       tt[0] * 1e6, tt[repeats - 1] * 1e6, gbs, gmac, rmed, rr[0], rr[repeats - 1]);
             first = 0;
         }
     }
     if (json) printf("]}\n");
-    for (int i = 0; i < n_all; i++) free(ls[i].w);
+    for (int i = 0; i < n_all; i++) free(ls[i].pk ? ls[i].pk : ls[i].w); /* pk: w is shared */
+    free(xq_mem);
     free(ls);
     free(src);
     free(x);
