@@ -306,7 +306,9 @@ typedef struct eng_options {
     /* The CPU backend with AVX-512 BF16: the weights that go through the BF16 tiles (BF16
      * weights; F32 and F16 ones for prompt rows) packed once at load into the tiles' panels,
      * a copy beside the weights as they lie (as many bytes as BF16 / F16 projections, half as
-     * many as F32 ones). ENG_PACK_AUTO: where the copy takes at most half of the memory
+     * many as F32 ones); with AVX-512 VNNI, Q4_K and Q6_K projections and classifier packed
+     * for the products of up to 4 rows (decode), 16 rows side by side (1.03x their bytes; the
+     * same bits). ENG_PACK_AUTO: where the copy takes at most half of the memory
      * available at load (pack_avail_bytes, or MemAvailable and the cgroup's memory.max less
      * memory.current), ENG_PACK_ON: always, ENG_PACK_OFF: never (each product packs what it
      * reads: the same bits, slower prompts). RINGLM_PACKED_WEIGHTS=0 / =1 in the environment

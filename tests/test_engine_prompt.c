@@ -11,13 +11,15 @@
  * as before; the engine's report names both paths; the tiles' weights packed once at load
  * (the default) give the bits of packing them in each product (RINGLM_PACKED_WEIGHTS=0), for
  * prompt rows of F32 and F16 weights and the large batches of BF16 weights, and cost the
- * memory the engine reports; the last layer run for the logits rows alone (and not past its
- * K and V for a chunk without logits) gives those rows' bits.
+ * memory the engine reports, as do Q4_K and Q6_K weights packed once for the rows of decode;
+ * the last layer run for the logits rows alone (and not past its K and V for a chunk without
+ * logits) gives those rows' bits.
  */
 #include "engine_test_util.h"
 #include "gguf_test_util.h"
 #include "run_c_reference.h"
 #include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/quant.h"
 
 #include <errno.h>
 
@@ -523,6 +525,65 @@ Test(engine_prompt, weights_are_packed_at_load_only_where_memory_allows, .init =
                   runs[r].says, buf);
     }
     free(first);
+    eng_model_free(m);
+}
+
+/* Q4_K and Q6_K weights (a Q4_K_M file) are packed once at load for the products of up to
+ * Q_PACKED_MAX_ROWS rows, 16 rows side by side, through the same policy: rows 1 to 5 (5: as
+ * they lie) give the bits of the weights as they lie with packing off, on, by default with a
+ * TiB available and refused with 1 MiB; the copy is in the engine's memory where it is made
+ * (none without AVX-512 VNNI), and the report says what was packed, or why not. */
+Test(engine_prompt, k_weights_packed_for_decode_rows_give_the_bits_as_they_lie, .init = mk_tmpdir,
+     .fini = rm_tmpdir, .timeout = 120)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/pack-Q4_K_M.gguf", tmpdir);
+    export_gguf("synthetic:quant-test:3", NULL, "Q4_K_M", NULL, path);
+    eng_model *m = load(path);
+    const int V = eng_model_cfg(m)->vocab_size;
+    const bool packs_here = q_packed_bytes(Q_Q4_K, 16, 256) > 0;
+    static const struct {
+        int mode;
+        uint64_t avail;
+        bool packs;
+        const char *says;
+    } runs[] = {
+        {ENG_PACK_OFF, 0, false, "read as they lie (packing once at load off"},
+        {ENG_PACK_ON, 1u << 20, true, "Q4_K and Q6_K weights of up to 4 rows packed once at load"},
+        {ENG_PACK_AUTO, 1ull << 40, true, "with the classifier"},
+        {ENG_PACK_AUTO, 1u << 20, false, "more than half of the 1 MiB available at load"},
+    };
+    char buf[1024];
+    for (int plen = 1; plen <= Q_PACKED_MAX_ROWS + 1; plen++) {
+        size_t b_off = 0;
+        float *first = NULL;
+        for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+            size_t bytes;
+            float *lg =
+                packed_mode_logits(m, runs[r].mode, runs[r].avail, plen, &bytes, buf, sizeof buf);
+            if (!r) {
+                b_off = bytes;
+                first = lg;
+            } else {
+                cr_assert(memcmp(first, lg, (size_t)plen * V * sizeof(float)) == 0,
+                          "%d rows, run %zu: the logits differ from the weights as they lie", plen,
+                          r);
+                free(lg);
+            }
+            if (!packs_here) {
+                cr_assert_eq(bytes, b_off, "run %zu: packed without AVX-512 VNNI: %s", r, buf);
+                continue;
+            }
+            if (runs[r].packs)
+                cr_assert_gt(bytes, b_off, "run %zu: nothing packed: %s", r, buf);
+            else
+                cr_assert_eq(bytes, b_off, "run %zu: packed: %s", r, buf);
+            cr_assert(strstr(buf, runs[r].says), "run %zu: the report does not say \"%s\": %s", r,
+                      runs[r].says, buf);
+        }
+        free(first);
+    }
+    if (!packs_here) cr_log_info("no AVX-512 VNNI here: nothing packed, the bits compared only");
     eng_model_free(m);
 }
 

@@ -115,9 +115,14 @@ typedef struct cpu {
      * packed, the product packs them itself), in one allocation of packed_bytes. */
 #define CPU_PACKED_MATS 7
     const void *(*packed)[CPU_PACKED_MATS];
+    /* Q4_K and Q6_K projections and classifier are packed instead for the products of up to
+     * Q_PACKED_MAX_ROWS rows, 16 rows side by side (q_pack; decode); the classifier's here. */
+    const void *packed_cls;
     void *packed_mem;
     size_t packed_bytes;
-    char pack_why[160]; /* where nothing was packed though it could be: why (the report) */
+    size_t packed_k_bytes; /* of packed_bytes, the K types' (the report) */
+    int packed_k_mats;     /* how many matrices those are, the classifier included */
+    char pack_why[320];    /* where nothing was packed though it could be: why (the report) */
     /* the batch being executed (read by the tasks) */
     const eng_batch *b;
     int layer;
