@@ -18,10 +18,12 @@
  *     sc   [8][16]      the 6-bit scale of each block of 32, a byte a row
  *     mn   [4][16][2]   the minimums of blocks 2p and 2p + 1, a byte each, side by side
  *   Q6_K, 3392 bytes (16 x 210 + 32, padded to a cache line):
- *     q    [2][8][3][16][4]  for each half h and group g of 4 elements: dwords 16 h + g and
- *                       16 h + 8 + g of each row's ql, dword 8 h + g of its qh (in the order
- *                       the kernel reads them: laid out apart, ql then qh, the lines came
- *                       from memory at half the speed)
+ *     q    [2][8][3][16][4]  for each half h and group g of 4 elements of each chunk c of 32
+ *                       (elements 128 h + 32 c + 4 g + 0..3), three bytes an element: the
+ *                       6-bit values of chunks 0, 1 and 2 in their low bits, chunk 3's value
+ *                       two bits in the top of each (0-1, 2-3, 4-5), in the order the kernel
+ *                       reads them (laid out as ql and qh apart the lines came from memory at
+ *                       half the speed; ql and qh interleaved took 13 operations to unpack)
  *     sc   [16][16]     the int8 scale of each 16 elements
  *     d    [16] f16
  *
@@ -78,10 +80,19 @@ static void p1_pack_q6_k(const char *w, size_t rb, int m, int64_t sb, uint8_t *o
     memset(o, 0, P1_Q6K_SB);
     for (int r = 0; r < m; r++) {
         const blk_q6_k *b = (const blk_q6_k *)(w + (size_t)r * rb) + sb;
-        for (int v = 0; v < 32;
-             v++) /* half v / 16, group v % 8, the second 32 bytes: v % 16 >= 8 */
-            memcpy(o + 64 * (3 * (8 * (v / 16) + v % 8) + v % 16 / 8) + 4 * r, b->ql + 4 * v, 4);
-        for (int v = 0; v < 16; v++) memcpy(o + 64 * (3 * v + 2) + 4 * r, b->qh + 4 * v, 4);
+        for (int h = 0; h < 2; h++)
+            for (int g = 0; g < 8; g++)
+                for (int e = 0; e < 4; e++) {
+                    int q[4];
+                    for (int c = 0; c < 4; c++) {
+                        const uint8_t ql = b->ql[64 * h + 32 * (c & 1) + 4 * g + e];
+                        const uint8_t qh = b->qh[32 * h + 4 * g + e];
+                        q[c] = (c < 2 ? ql & 0xF : ql >> 4) | ((qh >> (2 * c)) & 3) << 4;
+                    }
+                    uint8_t *at = o + 192 * (8 * h + g) + 4 * r + e;
+                    for (int c = 0; c < 3; c++)
+                        at[64 * c] = (uint8_t)(q[c] | (q[3] >> (2 * c)) << 6);
+                }
         for (int g = 0; g < 16; g++) o[P1_Q6K_SC + 16 * g + r] = (uint8_t)b->scales[g];
         memcpy(o + P1_Q6K_D + 2 * r, &b->d, 2);
     }
@@ -211,15 +222,15 @@ VNNI512 static inline __attribute__((always_inline)) void p1_q4_k(const uint8_t 
 
 /* Q6_K, a quarter (h, gh: elements 128 h + 32 c + 16 gh .. + 15 of each chunk c) of one tile
  * superblock at t times R activation rows, into I. Per group g of 4 elements of each chunk of
- * 32 (ql's dwords g and 8 + g of the half: low nibbles chunks 0 and 1, high ones 2 and 3;
- * qh's dword g: bits 2c, 2c + 1 of chunk c), the 6-bit values of the 4 chunks selected into
- * bytes; each 16 elements' sums start from -32 x the sum of x there (Q8_K's sums per 16) and
- * are multiplied by their scale. */
+ * 32, the 6-bit values of the 4 chunks from their three bytes (9 operations); each 16
+ * elements' sums start from -32 x the sum of x there (Q8_K's sums per 16) and are multiplied
+ * by their scale. */
 VNNI512 static inline __attribute__((always_inline)) void
 p1_q6_k_quarter(const uint8_t *t, const int8_t *xq, const int16_t *xs, int64_t k, const int h,
                 const int gh, __m512i *I, const int R)
 {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi8(0x3F);
+    const __m512i m03 = _mm512_set1_epi8(0x03);
     __m512i P0[KT1_ROWS], P1[KT1_ROWS], P2[KT1_ROWS], P3[KT1_ROWS];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
@@ -236,16 +247,16 @@ p1_q6_k_quarter(const uint8_t *t, const int8_t *xq, const int16_t *xs, int64_t k
         for (int l = 4 * it; l < 4 * it + 4; l++)
             if (l < P1_Q6K_SB / 64) p1_prefetch(t, l);
         const uint8_t *v = t + 192 * (8 * h + g);
-        const __m512i L0 = _mm512_load_si512(v), L1 = _mm512_load_si512(v + 64);
-        const __m512i H = _mm512_load_si512(v + 128);
-        const __m512i q0 =
-            _mm512_ternarylogic_epi32(m4, L0, _mm512_and_si512(_mm512_slli_epi16(H, 4), m30), 0xCA);
-        const __m512i q1 =
-            _mm512_ternarylogic_epi32(m4, L1, _mm512_and_si512(_mm512_slli_epi16(H, 2), m30), 0xCA);
-        const __m512i q2 =
-            _mm512_ternarylogic_epi32(m4, _mm512_srli_epi16(L0, 4), _mm512_and_si512(H, m30), 0xCA);
-        const __m512i q3 = _mm512_ternarylogic_epi32(
-            m4, _mm512_srli_epi16(L1, 4), _mm512_and_si512(_mm512_srli_epi16(H, 2), m30), 0xCA);
+        const __m512i V0 = _mm512_load_si512(v), V1 = _mm512_load_si512(v + 64);
+        const __m512i V2 = _mm512_load_si512(v + 128);
+        const __m512i q0 = _mm512_and_si512(V0, m6), q1 = _mm512_and_si512(V1, m6);
+        const __m512i q2 = _mm512_and_si512(V2, m6);
+        /* chunk 3: bits 6-7 of V0, V1, V2 to 0-1, 2-3, 4-5 (16-bit shifts: each byte's own
+         * bits land there, the neighbour's are selected away or masked) */
+        const __m512i t1 = _mm512_ternarylogic_epi32(m03, _mm512_srli_epi16(V0, 6),
+                                                     _mm512_srli_epi16(V1, 4), 0xCA);
+        const __m512i q3 =
+            _mm512_and_si512(_mm512_ternarylogic_epi32(m4, t1, _mm512_srli_epi16(V2, 2), 0xCA), m6);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const int8_t *xr = xq + r * k + 128 * h + 4 * g;
