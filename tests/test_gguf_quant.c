@@ -427,8 +427,9 @@ Test(gguf_quant, activations_quantized_once_give_the_same_products)
 /* Activations quantized in parts of rows (q_xq_plan, then q_xq_fill of each part, as the
  * backend's workers fill them, in any order) give q_xq_prepare's products to the bit, for
  * every type's layout (row-major, pairs, Q8_K, block-major, the K tiles') and every
- * instruction set, at row counts of decode (one part) and prefill; and without their Q8_K
- * form, for every type that q_reads_q8k says does not read it. */
+ * instruction set, at row counts of decode (one part) and prefill; without their Q8_K
+ * form, for every type that q_reads_q8k says does not read it; and as Q8_K alone, for every
+ * type (the kernels that read only it, the others through q_matmul). */
 Test(gguf_quant, activations_quantized_in_parts_give_the_same_products)
 {
     static const int itypes[] = {Q_Q8_0, Q_Q4_K, Q_Q6_K,   Q_Q5_1, Q_Q4_0, Q_IQ4_XS,
@@ -440,7 +441,7 @@ Test(gguf_quant, activations_quantized_in_parts_give_the_same_products)
     unsigned char *q = malloc(q_row_bytes(Q_F32, k) * n);
     for (size_t i = 0; i < (size_t)n * k; i++) w[i] = frand();
     for (size_t i = 0; i < (size_t)R * k; i++) x[i] = frand() * (float)(1 << (i / 32 % 9));
-    int best = q_isa(), was = q_isa_cap(Q_ISA_PORTABLE), checked = 0;
+    int best = q_isa(), was = q_isa_cap(Q_ISA_PORTABLE), checked = 0, only = 0;
     for (int isa = Q_ISA_PORTABLE; isa <= best; isa++) {
         q_isa_cap(isa);
         for (size_t rc = 0; rc < sizeof rows_cases / sizeof rows_cases[0]; rc++) {
@@ -462,6 +463,14 @@ Test(gguf_quant, activations_quantized_in_parts_give_the_same_products)
             cr_assert(c);
             q_xq_fill(c, x, 0, cut2);
             q_xq_fill(c, x, cut2, rows);
+            /* with the Q8_K form alone: the same products for the weights that read only it,
+             * and for the others too (matmul_int leaves them to q_matmul) */
+            void *mem_d = malloc(bytes);
+            memset(mem_d, 0x5A, bytes);
+            q_xq *d = q_xq_plan_q8k_only(mem_d, bytes, rows, k);
+            cr_assert(d);
+            q_xq_fill(d, x, cut1, rows);
+            q_xq_fill(d, x, 0, cut1);
             for (size_t t = 0; t < sizeof itypes / sizeof itypes[0]; t++) {
                 const size_t rb = q_row_bytes(itypes[t], k);
                 for (int i = 0; i < n; i++)
@@ -471,6 +480,12 @@ Test(gguf_quant, activations_quantized_in_parts_give_the_same_products)
                 cr_assert(memcmp(want, got, (size_t)rows * n * sizeof *got) == 0,
                           "type %d %s rows=%d: quantized in parts differs", itypes[t],
                           q_isa_name(isa), rows);
+                memset(got, 0, (size_t)rows * n * sizeof *got);
+                q_matmul_xq(itypes[t], q, n, k, d, x, rows, 0.0f, got, n);
+                cr_assert(memcmp(want, got, (size_t)rows * n * sizeof *got) == 0,
+                          "type %d %s rows=%d: quantized as Q8_K alone differs", itypes[t],
+                          q_isa_name(isa), rows);
+                only += q_reads_only_q8k(itypes[t], rows, k);
                 if (!q_reads_q8k(itypes[t])) {
                     q_matmul_xq(itypes[t], q, n, k, c, x, rows, 0.0f, got, n);
                     cr_assert(memcmp(want, got, (size_t)rows * n * sizeof *got) == 0,
@@ -488,10 +503,13 @@ Test(gguf_quant, activations_quantized_in_parts_give_the_same_products)
             free(mem_a);
             free(mem_b);
             free(mem_c);
+            free(mem_d);
         }
     }
     q_isa_cap(was);
-    cr_log_info("activations quantized in parts: %d cases", checked);
+    cr_log_info("activations quantized in parts: %d cases, %d read as Q8_K alone", checked, only);
+    cr_assert(best < Q_ISA_AVX512 || only > 0, "no type read the Q8_K form alone on %s",
+              q_isa_name(best));
     free(w);
     free(x);
     free(want);

@@ -388,9 +388,11 @@ static void quant_part(cpu *c, int r0, int r1, const void *arg)
 /* x (rows of k floats) quantized for the integer paths into slot's memory, split by rows
  * among the workers (on the caller alone it was 5-8% of a one-thread Q8_0 prefill, perf
  * record); with their Q8_K form only where q8k; NULL where q_xq_prepare would be. */
-static const q_xq *quantize_rows_once(cpu *c, int slot, const float *x, int rows, int k, bool q8k)
+static const q_xq *quantize_rows_once(cpu *c, int slot, const float *x, int rows, int k, bool q8k,
+                                      bool q8k_only)
 {
-    q_xq *a = q_xq_plan(c->xq_mem[slot], c->xq_cap[slot], rows, k, q8k);
+    q_xq *a = q8k_only ? q_xq_plan_q8k_only(c->xq_mem[slot], c->xq_cap[slot], rows, k)
+                       : q_xq_plan(c->xq_mem[slot], c->xq_cap[slot], rows, k, q8k);
     if (!a) return NULL;
     const int nw = c->workers.n_workers;
     const quant_arg q = {a, x};
@@ -531,12 +533,18 @@ static void matmul_jobs(cpu *c, mm_job *jobs, int n_jobs, int rows, int prompt_r
         }
         /* the Q8_K form only where a job of the region reading these rows has weights that
          * read it (a tenth of a Q8_0 prefill's time went to it, perf record) */
-        bool q8k = false;
+        /* and the Q8_K form alone where every such job reads nothing else (a lone row with
+         * Q4_K and Q6_K weights: the 32-element form was two thirds of the quantizing, which
+         * the caller does alone between regions, 2.5% of a Q4_K_M token, perf record) */
+        bool q8k = false, q8k_only = true;
         for (int p = i; p < n_jobs; p++)
-            if (jobs[p].x == j->x && jobs[p].k == j->k)
+            if (jobs[p].x == j->x && jobs[p].k == j->k) {
                 q8k |= q_reads_q8k(jobs[p].w.type) ||
                        (jobs[p].up.data && q_reads_q8k(jobs[p].up.type));
-        j->xq = quantize_rows_once(c, slot++, j->x, rows, j->k, q8k);
+                q8k_only &= q_reads_only_q8k(jobs[p].w.type, rows, j->k) &&
+                            (!jobs[p].up.data || q_reads_only_q8k(jobs[p].up.type, rows, j->k));
+            }
+        j->xq = quantize_rows_once(c, slot++, j->x, rows, j->k, q8k, q8k_only);
     }
     /* Weights in gemm_bf16's tiles read the rows rounded to bf16: rounded here, once for every
      * chunk of every job that reads them. (Each chunk rounded all rows again for every 128

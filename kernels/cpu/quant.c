@@ -422,12 +422,32 @@ static bool matmul_ktiles(int type, const void *w, int n, int k, const struct q_
 }
 #endif
 
+/* Whether matmul_int reads nothing of rows x k quantized on isa but their Q8_K form (and
+ * kt_x's q1): the K types' few-row kernels (matmul_ktiles' kt1). */
+static bool reads_only_q8k(int type, int rows, int k, int isa)
+{
+#if QK_X86
+    return isa >= Q_ISA_AVX512 && rows <= KT1_ROWS && k % QK_K == 0 &&
+           (type == Q_Q4_K || type == Q_Q5_K || type == Q_Q6_K);
+#else
+    (void)type, (void)rows, (void)k, (void)isa;
+    return false;
+#endif
+}
+
+bool q_reads_only_q8k(int type, int rows, int k)
+{
+    return q_int_path(type, rows) && reads_only_q8k(type, rows, k, q_isa());
+}
+
 /* Q8_0, Q4_K and Q6_K weights times the activation rows a (quantized for this instruction
  * set), in tiles of weight rows and groups of activation rows, the weight tiles in this
  * thread's buffer. Returns false when there is no memory for them. */
 static bool matmul_int(int type, const void *w, int n, int k, const struct q_xq *a, float beta,
                        float *y, int ld_y)
 {
+    /* rows with the Q8_K form alone go to the kernels that read only it, or to q_matmul */
+    if (!a->xq.q && !reads_only_q8k(type, a->rows, k, a->isa)) return false;
 #if QK_X86
     if (a->isa >= Q_ISA_AVX512 &&
         (type == Q_Q4_K || type == Q_Q5_K || type == Q_Q6_K || qk_kt_k23(type)) && a->xq.kq)

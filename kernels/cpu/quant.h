@@ -159,8 +159,17 @@ const q_xq *q_xq_prepare(void *mem, size_t bytes, const float *x, int rows, int 
  * q8k false the rows get no Q8_K form: for weights none of whose types q_reads_q8k, which
  * then give the same products, to the bit, without its cost (a tenth of a Q8_0 prefill's). */
 q_xq *q_xq_plan(void *mem, size_t bytes, int rows, int k, bool q8k);
+/* q_xq_plan with the Q8_K form alone (no 32-element form, no tiles' layout of it): for rows
+ * that only weights q_reads_only_q8k multiply, which then give the same products, to the bit,
+ * without the 32-element form's cost (at one row with Q4_K_M, two thirds of the quantizing
+ * the caller does alone between regions, perf record). Where the rows cannot have a Q8_K form
+ * (k not a multiple of 256) it is q_xq_plan with q8k. */
+q_xq *q_xq_plan_q8k_only(void *mem, size_t bytes, int rows, int k);
 /* Whether weights of the type read the activations' Q8_K form (the K types and IQ4_XS). */
 bool q_reads_q8k(int type);
+/* Whether weights of the type times rows activation rows of k elements read nothing of a q_xq
+ * but its Q8_K form (Q4_K, Q5_K and Q6_K's few-row kernels with AVX-512 VNNI). */
+bool q_reads_only_q8k(int type, int rows, int k);
 void q_xq_fill(q_xq *a, const float *x, int r0, int r1);
 /* q_matmul with the rows already quantized in a (taken when a matches rows, k and the current
  * instruction set, and q_int_path(type, rows); otherwise q_matmul on x). The same results as

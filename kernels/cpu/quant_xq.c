@@ -142,16 +142,18 @@ static bool pairs_wanted(int rows, int isa)
 
 /* The regions of a q_xq for rows x k on isa, as offsets o[] from its 64-aligned start; returns
  * the bytes it needs (with the slack to align an unaligned buffer). */
-static size_t xq_plan(int rows, int k, int isa, bool q8k, size_t o[18])
+static size_t xq_plan(int rows, int k, int isa, bool q8k, bool x8, size_t o[18])
 {
     const size_t nb = (size_t)k / 32, R = (size_t)rows;
     size_t off = sizeof(struct q_xq);
     memset(o, 0, 18 * sizeof *o);
-    o[9] = qk_carve(&off, R * nb * 2 * 4);
-    o[0] = qk_carve(&off, R * nb * 4);
-    o[1] = qk_carve(&off, R * nb * 4);
-    o[2] = qk_carve(&off, R * (size_t)k);
-    if (isa >= Q_ISA_AVX512) {
+    if (x8) {
+        o[9] = qk_carve(&off, R * nb * 2 * 4);
+        o[0] = qk_carve(&off, R * nb * 4);
+        o[1] = qk_carve(&off, R * nb * 4);
+        o[2] = qk_carve(&off, R * (size_t)k);
+    }
+    if (x8 && isa >= Q_ISA_AVX512) {
         o[3] = qk_carve(&off, R * (size_t)k);
         o[4] = qk_carve(&off, R * nb * 4);
         o[5] = qk_carve(&off, R * nb * 4);
@@ -168,29 +170,33 @@ static size_t xq_plan(int rows, int k, int isa, bool q8k, size_t o[18])
             o[17] = qk_carve(&off, R * (size_t)k / 16 * 4);
         }
     }
-    if (pairs_wanted(rows, isa)) o[13] = qk_carve(&off, R * (size_t)k);
+    if (x8 && pairs_wanted(rows, isa)) o[13] = qk_carve(&off, R * (size_t)k);
     return off + 64;
 }
 
 size_t q_xq_bytes(int rows, int k)
 {
     size_t o[18];
-    return xq_plan(rows, k, q_isa(), true, o);
+    return xq_plan(rows, k, q_isa(), true, true, o);
 }
 
-q_xq *q_xq_plan(void *mem, size_t bytes, int rows, int k, bool q8k)
+/* q_xq_plan, with the 32-element form (and its layouts) only where x8 (q_xq_plan_q8k_only);
+ * a q_xq without it has xq.q NULL, which q_xq_fill and matmul_int look at. */
+static q_xq *plan(void *mem, size_t bytes, int rows, int k, bool q8k, bool x8)
 {
     const int isa = q_isa();
     size_t o[18];
-    if (rows < 1 || k % 32 || bytes < xq_plan(rows, k, isa, q8k, o)) return NULL;
+    if (!q8k || !q8k_wanted(rows, k, isa) || rows > KT1_ROWS) x8 = true;
+    if (rows < 1 || k % 32 || bytes < xq_plan(rows, k, isa, q8k, x8, o)) return NULL;
     char *buf = (char *)mem + (64 - (uintptr_t)mem % 64) % 64;
     struct q_xq *a = (struct q_xq *)buf;
     *a = (struct q_xq){.rows = rows, .k = k, .isa = isa};
-    a->xq = (xq8){.d = (float *)(buf + o[0]),
-                  .s = (float *)(buf + o[1]),
-                  .q = (int8_t *)(buf + o[2]),
-                  .s16 = (float *)(buf + o[9])};
-    if (pairs_wanted(rows, isa)) a->xq.qp = (int8_t *)(buf + o[13]);
+    if (x8)
+        a->xq = (xq8){.d = (float *)(buf + o[0]),
+                      .s = (float *)(buf + o[1]),
+                      .q = (int8_t *)(buf + o[2]),
+                      .s16 = (float *)(buf + o[9])};
+    if (x8 && pairs_wanted(rows, isa)) a->xq.qp = (int8_t *)(buf + o[13]);
     if (q8k && q8k_wanted(rows, k, isa)) {
         a->xq.kq = (int8_t *)(buf + o[10]);
         a->xq.kd = (float *)(buf + o[11]);
@@ -198,11 +204,12 @@ q_xq *q_xq_plan(void *mem, size_t bytes, int rows, int k, bool q8k)
     }
 #if QK_X86
     if (isa >= Q_ISA_AVX512) {
-        a->xt = (vt_x){.q = (int8_t *)(buf + o[3]),
-                       .d = (float *)(buf + o[4]),
-                       .s = (float *)(buf + o[5]),
-                       .c32 = (int32_t *)(buf + o[6]),
-                       .rows = rows};
+        if (x8)
+            a->xt = (vt_x){.q = (int8_t *)(buf + o[3]),
+                           .d = (float *)(buf + o[4]),
+                           .s = (float *)(buf + o[5]),
+                           .c32 = (int32_t *)(buf + o[6]),
+                           .rows = rows};
         if (a->xq.kq && rows > KT1_ROWS)
             a->kt = (kt_x){.q = (int8_t *)(buf + o[14]),
                            .d = (float *)(buf + o[15]),
@@ -216,6 +223,16 @@ q_xq *q_xq_plan(void *mem, size_t bytes, int rows, int k, bool q8k)
     return a;
 }
 
+q_xq *q_xq_plan(void *mem, size_t bytes, int rows, int k, bool q8k)
+{
+    return plan(mem, bytes, rows, k, q8k, true);
+}
+
+q_xq *q_xq_plan_q8k_only(void *mem, size_t bytes, int rows, int k)
+{
+    return plan(mem, bytes, rows, k, true, false);
+}
+
 void q_xq_fill(q_xq *a, const float *x, int r0, int r1)
 {
     const int k = a->k, isa = a->isa;
@@ -225,11 +242,12 @@ void q_xq_fill(q_xq *a, const float *x, int r0, int r1)
 #if QK_X86
     if (isa > Q_ISA_PORTABLE) row_fn = qk_xq8_row_avx2;
 #endif
-    for (int r = r0; r < r1; r++)
+    const bool x8 = a->xq.q; /* without it the Q8_K form alone (q_xq_plan_q8k_only) */
+    for (int r = r0; r < r1 && x8; r++)
         row_fn(x + (size_t)r * k, a->xq.q + (size_t)r * k, a->xq.d + (size_t)r * nb,
                a->xq.s + (size_t)r * nb, k);
     /* the sums per 16 (the unpacked types' offsets), the same on every instruction set */
-    for (size_t g = (size_t)r0 * nb * 2; g < (size_t)r1 * nb * 2; g++) {
+    for (size_t g = (size_t)r0 * nb * 2; g < (size_t)r1 * nb * 2 && x8; g++) {
         const int8_t *q = a->xq.q + 16 * g;
         int sum = 0;
         for (int l = 0; l < 16; l++) sum += q[l];
@@ -250,7 +268,7 @@ void q_xq_fill(q_xq *a, const float *x, int r0, int r1)
 #if QK_X86
     if (isa >= Q_ISA_AVX512) {
         const int rows = a->rows;
-        qk_vt_layout(&a->xq, rows, r0, r1, k, &a->xt);
+        if (x8) qk_vt_layout(&a->xq, rows, r0, r1, k, &a->xt);
         if (a->xq.kq && rows > KT1_ROWS) {
             qk_kt_layout(&a->xq, rows, r0, r1, k, &a->kt);
         } else if (a->xq.kq) { /* blocks 0 2 1 3 of each 4 (qk_kt1_q4_k) */
