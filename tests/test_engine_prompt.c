@@ -55,6 +55,18 @@ static int models(eng_model **out, const char **names)
     return n;
 }
 
+/* models() and a BF16 file of the quant-test shape written as NAME in tmpdir: their count. */
+static int models_and_bf16(eng_model **out, const char **names, const char *name)
+{
+    int n = models(out, names);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    export_gguf("synthetic:quant-test:3", NULL, "BF16", NULL, path);
+    names[n] = "quant-test (BF16)";
+    out[n++] = load(path);
+    return n;
+}
+
 static void prompt_of(int32_t *p, int n, int vocab, int salt)
 {
     p[0] = 1;
@@ -340,12 +352,7 @@ Test(engine_prompt, weights_packed_at_load_give_the_bits_of_packing_per_product,
 {
     eng_model *ms[4];
     const char *names[4];
-    int nm = models(ms, names);
-    char path[1024];
-    snprintf(path, sizeof path, "%s/prompt-BF16.gguf", tmpdir);
-    export_gguf("synthetic:quant-test:3", NULL, "BF16", NULL, path);
-    names[nm] = "quant-test (BF16)";
-    ms[nm++] = load(path);
+    const int nm = models_and_bf16(ms, names, "prompt-BF16.gguf");
     static const int plens[] = {1, 5, 33, 200};
     for (int mi = 0; mi < nm; mi++) {
         const int V = eng_model_cfg(ms[mi])->vocab_size;
@@ -421,12 +428,7 @@ Test(engine_prompt, the_last_layer_for_the_logits_rows_alone_keeps_their_bits, .
 {
     eng_model *ms[4];
     const char *names[4];
-    int nm = models(ms, names);
-    char path[1024];
-    snprintf(path, sizeof path, "%s/tail-BF16.gguf", tmpdir);
-    export_gguf("synthetic:quant-test:3", NULL, "BF16", NULL, path);
-    names[nm] = "quant-test (BF16)";
-    ms[nm++] = load(path);
+    const int nm = models_and_bf16(ms, names, "tail-BF16.gguf");
     static const int plens[] = {2, 33, 200};
     for (int mi = 0; mi < nm; mi++) {
         const int V = eng_model_cfg(ms[mi])->vocab_size;
