@@ -34,6 +34,15 @@
  * minimums times the sums of x per 32), then the same float steps in the same order, so a
  * product read from the packing has the bits of one read as the weights lie, alone or in a
  * batch.
+ *
+ * The kernels ask for no line ahead: a tile follows the one before it, so a worker's rows
+ * are one stream that the hardware prefetchers follow. The first version fetched each line
+ * 4 KiB ahead into L1 (prefetcht0), which made them slower, the more so the busier the
+ * memory: on a Zen 4 with others' traffic on the bus one thread took 1.17x the time at one
+ * row from memory and 1.6-1.9x at four, and two threads decoding one sequence of a Q4_K_M
+ * file ran 0.83x as fast as without it (on the quiet machine, slower than the weights as
+ * they lie). 1 or 2 KiB ahead, or into L2 or as non-temporal, were slower than none too
+ * (results/2026-12-08-kquant-packing-zen4-s16.md).
  */
 #include "kernels/cpu/quant_internal.h"
 
@@ -124,17 +133,6 @@ VNNI512 static inline __attribute__((always_inline)) void p1_store(float *yr, __
     _mm512_mask_storeu_ps(yr, mask, v);
 }
 
-/* Line `line` (0..) of the tile superblock at t, P1_PF_BYTES ahead, to the cache (the lines
- * are spread over the loop so that each superblock's are asked for once). The prefetch may
- * reach past the packing: it never faults. */
-#ifndef P1_PF_BYTES
-#define P1_PF_BYTES 4096
-#endif
-VNNI512 static inline __attribute__((always_inline)) void p1_prefetch(const uint8_t *t, int line)
-{
-    if (P1_PF_BYTES) _mm_prefetch((const char *)t + P1_PF_BYTES + 64 * line, _MM_HINT_T0);
-}
-
 /* 4 bytes of x at p broadcast to 16 dwords (vpdpbusd's embedded broadcast). */
 VNNI512 static inline __attribute__((always_inline)) __m512i p1_x4(const int8_t *p)
 {
@@ -169,8 +167,6 @@ VNNI512 static inline __attribute__((always_inline)) void p1_q4_k(const uint8_t 
             for (int r = 0; r < R; r++) plo[r] = phi[r] = _mm512_setzero_si512();
 #pragma GCC unroll 8
             for (int g = 0; g < 8; g++) {
-                p1_prefetch(t, 8 * jj + g); /* 37 lines */
-                if (8 * jj + g < P1_Q4K_SB / 64 - 32) p1_prefetch(t, 32 + 8 * jj + g);
                 const __m512i v = _mm512_load_si512(t + 64 * (8 * jj + g));
                 const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(v, m4h);
 #pragma GCC unroll 4
@@ -242,10 +238,6 @@ p1_q6_k_quarter(const uint8_t *t, const int8_t *xq, const int16_t *xs, int64_t k
     }
 #pragma GCC unroll 4
     for (int g = 4 * gh; g < 4 * gh + 4; g++) {
-        const int it = 4 * (2 * h + gh) + g - 4 * gh; /* 0..15: 4 of the 53 lines each */
-#pragma GCC unroll 4
-        for (int l = 4 * it; l < 4 * it + 4; l++)
-            if (l < P1_Q6K_SB / 64) p1_prefetch(t, l);
         const uint8_t *v = t + 192 * (8 * h + g);
         const __m512i V0 = _mm512_load_si512(v), V1 = _mm512_load_si512(v + 64);
         const __m512i V2 = _mm512_load_si512(v + 128);
