@@ -544,7 +544,6 @@ Test(engine_prompt, k_weights_packed_for_decode_rows_give_the_bits_as_they_lie, 
     eng_model *m = load(path);
     const int V = eng_model_cfg(m)->vocab_size;
     const bool packs_here = q_packed_bytes(Q_Q4_K, 16, 256) > 0;
-    setenv("RINGLM_PACK_KQUANTS", "1", 1); /* opt-in */
     static const struct {
         int mode;
         uint64_t avail;
@@ -587,12 +586,6 @@ Test(engine_prompt, k_weights_packed_for_decode_rows_give_the_bits_as_they_lie, 
         free(first);
     }
     if (!packs_here) cr_log_info("no AVX-512 VNNI here: nothing packed, the bits compared only");
-    /* without the opt-in nothing of them is packed, whatever the policy */
-    unsetenv("RINGLM_PACK_KQUANTS");
-    size_t b_none, b_on;
-    free(packed_mode_logits(m, ENG_PACK_OFF, 0, 1, &b_none, buf, sizeof buf));
-    free(packed_mode_logits(m, ENG_PACK_ON, 1ull << 40, 1, &b_on, buf, sizeof buf));
-    cr_assert_eq(b_on, b_none, "Q4_K / Q6_K packed without RINGLM_PACK_KQUANTS=1: %s", buf);
     eng_model_free(m);
 }
 

@@ -1407,7 +1407,7 @@ static size_t pack_bytes(const cpu *c, eng_wmat w, int n, int k, bool *bf16)
 {
     *bf16 = w.data && packs(c, w.type);
     if (*bf16) return gemm_bf16_packed_bytes(n, k);
-    return w.data && c->pack_k ? (q_packed_bytes(w.type, n, k) + 127) & ~(size_t)127 : 0;
+    return w.data ? (q_packed_bytes(w.type, n, k) + 127) & ~(size_t)127 : 0;
 }
 
 /* Task l * CPU_PACKED_MATS + i packs layer l's matrix i; the last one the classifier. */
@@ -1745,8 +1745,6 @@ static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void *
         err = eng_seterr(err, "cannot start %d worker threads", n_workers);
         goto fail;
     }
-    const char *pk = getenv("RINGLM_PACK_KQUANTS");
-    c->pack_k = pk && strcmp(pk, "1") == 0;
     pack_weights(c, opt);
     *privp = c;
     return 0;

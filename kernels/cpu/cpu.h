@@ -122,10 +122,7 @@ typedef struct cpu {
     size_t packed_bytes;
     size_t packed_k_bytes; /* of packed_bytes, the K types' (the report) */
     int packed_k_mats;     /* how many matrices those are, the classifier included */
-    /* whether Q4_K / Q6_K are packed at all: opt-in (RINGLM_PACK_KQUANTS=1), as two threads
-     * decoding one row from memory ran 0.92x as fast on them on a quiet Zen 4 */
-    bool pack_k;
-    char pack_why[320]; /* where nothing was packed though it could be: why (the report) */
+    char pack_why[320];    /* where nothing was packed though it could be: why (the report) */
     /* the batch being executed (read by the tasks) */
     const eng_batch *b;
     int layer;
