@@ -296,7 +296,9 @@ static void experts_alone_vs_batch(eng_model *m, int n_seqs, int threads, const 
  * logits are those it gets alone. A row alone on 2 workers takes one whole expert a task (its
  * 2 experts split evenly), on 3 the experts' chunks. gqa-test's experts are 172 wide (their
  * down products stay F16 in the quantized files), quant-test's 384 (every product
- * quantized). */
+ * quantized). gqa-test's Q4_K_M is llama.cpp's mix of an 8-expert model: attn_output in
+ * Q5_K, which with the other K types and IQ4_XS (quant-test's files) multiplies 33 rows, as
+ * one, with the activations in Q8_K (kernels/cpu/quant.c q_int_path). */
 Test(engine_inv, experts_decode_rows_alone_equal_any_batch_and_worker_count, .init = mk_tmpdir,
      .fini = rm_tmpdir, .timeout = 300)
 {
@@ -305,7 +307,9 @@ Test(engine_inv, experts_decode_rows_alone_equal_any_batch_and_worker_count, .in
         int head_dim;
     } files[] = {{"synthetic:gqa-test:12", "F32", 32},    {"synthetic:gqa-test:12", "Q8_0", 32},
                  {"synthetic:gqa-test:12", "Q4_K_M", 32}, {"synthetic:gqa-test:12", "Q4_0", 32},
-                 {"synthetic:quant-test:3", "Q8_0", 0},   {"synthetic:quant-test:3", "Q4_0", 0}};
+                 {"synthetic:quant-test:3", "Q8_0", 0},   {"synthetic:quant-test:3", "Q4_0", 0},
+                 {"synthetic:quant-test:3", "Q5_K", 0},   {"synthetic:quant-test:3", "Q3_K", 0},
+                 {"synthetic:quant-test:3", "Q2_K", 0},   {"synthetic:quant-test:3", "IQ4_XS", 0}};
     static const struct {
         int seqs, threads;
     } runs[] = {{33, 2}, {7, 3}, {2, 2}, {1, 2}, {1, 3}};

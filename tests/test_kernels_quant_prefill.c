@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The quantized prefill tiles (kernels/cpu/quant_prefill.h), on a CPU where they run: Q4_K,
- * Q6_K, Q4_0 and Q4_1 on AVX2 without AVX-512 VNNI; Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q5_K and
- * IQ4_XS in AVX-512 VNNI's tiles (quant.h q_matmul_tiles); elsewhere the tests say so and
- * check only that they decline:
+ * Q6_K, Q4_0 and Q4_1 on AVX2 without AVX-512 VNNI; Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL in
+ * AVX-512 VNNI's tiles (quant.h q_matmul_tiles; the K types and IQ4_XS take Q8_K's tiles
+ * there, q_int_path); elsewhere the tests say so and check only that they decline:
  *   - equal the portable integer dots (8-bit activations per 32, the scalar references of
  *     quant_kquants.c and quant_unpack.c) within 1e-5 x sum_j |w_j x_j|, on odd row counts above
  *     Q_INT_MAX_ROWS (groups of 4 with every remainder), odd weight-row counts (panels of 8 with every remainder), K of one to
@@ -157,8 +157,7 @@ static void trial(int type, int M, int N, int K, float beta)
     free(y0);
 }
 
-static const int types[] = {Q_Q4_K, Q_Q6_K, Q_Q4_0,   Q_Q4_1,  Q_Q5_0,
-                            Q_Q5_1, Q_Q5_K, Q_IQ4_NL, Q_IQ4_XS};
+static const int types[] = {Q_Q4_K, Q_Q6_K, Q_Q4_0, Q_Q4_1, Q_Q5_0, Q_Q5_1, Q_IQ4_NL};
 
 Test(kernels_quant_prefill, equals_the_portable_integer_path_within_its_bound)
 {
@@ -240,6 +239,13 @@ Test(kernels_quant_prefill, declines_what_it_does_not_take_without_writing)
     cr_assert_not(q_prefill_runs(Q_Q4_K, Q_INT_MAX_ROWS)); /* the integer dots' rows */
     cr_assert_not(q_prefill_runs(Q_Q4_0, Q_INT_MAX_ROWS));
     cr_assert_not(q_prefill_runs(Q_Q2_K, M)); /* 16-element scales: no tiles */
+    /* Q5_K and IQ4_XS: Q8_K's tiles with AVX-512 VNNI, no tiles of theirs on AVX2 */
+    cr_assert_not(q_prefill_runs(Q_Q5_K, M));
+    cr_assert_not(q_prefill_runs(Q_IQ4_XS, M));
+    if (q_isa() >= Q_ISA_AVX512) {
+        cr_assert(q_int_path(Q_Q5_K, M) && q_int_path(Q_IQ4_XS, M) && q_int_path(Q_Q3_K, M));
+        cr_assert_eq(q_int_act_elems(Q_Q2_K, M), QK_K);
+    }
     cr_assert_not(q_prefill_matmul(Q_F32, w, N, K, a, 0.0f, y, N));
     cr_assert_not(q_prefill_matmul(Q_Q4_K, w, N, K - 256, a, 0.0f, y, N)); /* a's K is 512 */
     cr_assert_not(q_prefill_matmul(Q_Q4_K, w, N, K, NULL, 0.0f, y, N));

@@ -512,7 +512,8 @@ static bool matmul_int(int type, const void *w, int n, int k, const struct q_xq 
 
 bool q_int_path(int type, int rows)
 {
-    if (qk_is_unpacked(type)) return rows <= Q_INT_MAX_ROWS;
+    if (qk_is_unpacked(type))
+        return rows <= Q_INT_MAX_ROWS || (qk_q8k_type(type) && q_isa() >= Q_ISA_AVX512);
     return (type == Q_Q8_0 || type == Q_Q4_K || type == Q_Q6_K) &&
            (rows <= Q_INT_MAX_ROWS || q_isa() >= Q_ISA_AVX512);
 }
@@ -522,7 +523,7 @@ int q_int_act_elems(int type, int rows)
     if (!qk_q8k_type(type)) return 32;
     /* with AVX-512 VNNI Q4_K and Q6_K take Q8_K at every row count (its tiles), the other K
      * types up to Q_INT_MAX_ROWS (its kernels in their own arithmetic, or AVX2's) */
-    if (q_isa() >= Q_ISA_AVX512 && (type == Q_Q4_K || type == Q_Q6_K)) return QK_K;
+    if (q_isa() >= Q_ISA_AVX512) return QK_K;
     return rows > Q_INT_MAX_ROWS ? 32 : QK_K;
 }
 

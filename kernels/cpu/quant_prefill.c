@@ -43,8 +43,8 @@ static inline bool tiled_type(int type)
 bool q_prefill_runs(int type, int rows)
 {
 #if QK_X86
-    /* with AVX-512 VNNI, the unpacked types but Q2_K and Q3_K in its tiles (quant.h
-     * q_matmul_tiles) */
+    /* with AVX-512 VNNI, the unpacked 32-element types in its tiles (quant.h q_matmul_tiles;
+     * the K types take Q8_K's tiles at every row count: q_int_path) */
     if (q_isa() >= Q_ISA_AVX512)
         return qk_vt_unpacked(type) && rows > Q_INT_MAX_ROWS &&
                gemm_f32_mode_get() == GEMM_F32_AUTO;

@@ -289,15 +289,18 @@ void qk_rows_unpacked_portable(int type, const void *w, int n, int64_t k, const 
     }
 }
 
-/* Above Q_INT_MAX_ROWS rows (prefill) with AVX-512 VNNI the types of this file whose scales
- * and offsets go per 32 elements take the tiles of Q8_0 and Q4_K (quant_vnni.c): each block
- * of 32 a scale a (the weight's ds) and, for the unsigned values, a minimum m = -o, the
- * products exact integer sums per block as there. Dequantized into float tiles for SGEMM
- * they ran at a third of Q8_0's tiles (perf/gemm_bench --prefill, Zen 4: Q4_0 68-77 GFLOP/s
- * against Q8_0's 179-260). */
+/* Above Q_INT_MAX_ROWS rows (prefill) with AVX-512 VNNI the 32-element types of this file take
+ * the tiles of Q8_0 and Q4_K (quant_vnni.c): each block of 32 a scale a (the weight's ds) and,
+ * for the unsigned values, a minimum m = -o, the products exact integer sums per block as
+ * there. Dequantized into float tiles for SGEMM they ran at a third of Q8_0's tiles
+ * (perf/gemm_bench --prefill, Zen 4: Q4_0 68-77 GFLOP/s against Q8_0's 179-260). The K types
+ * of this file (Q2_K, Q3_K, Q5_K, IQ4_XS) take Q8_K activations and the K tiles at every row
+ * count instead (quant.c matmul_ktiles): a row's bits then do not depend on the batch, and a
+ * 256-row prefill ran 1.06x (IQ4_XS), 1.09x (Q5_K), 2.7x (Q2_K) and 3.1x (Q3_K) faster than
+ * in these tiles or dequantized (one Zen 4 thread, engine_bench --clock cpu). */
 bool qk_vt_unpacked(int type)
 {
-    return qk_is_unpacked(type) && type != Q_Q2_K && type != Q_Q3_K;
+    return qk_is_unpacked(type) && !qk_q8k_type(type);
 }
 
 /* The 32-element types take those tiles at every row count with AVX-512 VNNI (decode too):
@@ -992,9 +995,7 @@ pack32_rows(const int type, const char *w, size_t rb, int m, int64_t nb, const v
     pack32(type, (const char *)tmp, rb, nb, t);
 }
 
-/* Each row unpacked in registers (block_q, unit_header), one after the other, into tmp (16
- * rows of k bytes: the signed grids + 128, the others as they are) and the scales, then
- * transposed block by block as the other packs do (the 32-element types: pack32). */
+/* The 32-element types' rows unpacked and transposed block by block (pack32_rows). */
 VNNI512 void qk_vt_pack_unpacked(int type, const char *w, size_t rb, int m, int64_t nb,
                                  const vt_w *t, int8_t *tmp)
 {
@@ -1004,30 +1005,7 @@ VNNI512 void qk_vt_pack_unpacked(int type, const char *w, size_t rb, int m, int6
     case Q_Q5_0: pack32_rows(Q_Q5_0, w, rb, m, nb, t, tmp); return;
     case Q_Q5_1: pack32_rows(Q_Q5_1, w, rb, m, nb, t, tmp); return;
     case Q_IQ4_NL: pack32_rows(Q_IQ4_NL, w, rb, m, nb, t, tmp); return;
-    default: break;
-    }
-    const int64_t k = nb * 32;
-    const bool sgn = is_signed(type);
-    const __m256i flip = _mm256_set1_epi8((char)0x80);
-    for (int i = 0; i < m; i++) {
-        const char *row = w + (size_t)i * rb;
-        for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-            const int mm = nb - b0 >= 8 ? 8 : (int)(nb - b0);
-            unit_hdr h;
-            unit_header(type, row, b0, mm, &h);
-            for (int j = 0; j < mm; j++) {
-                const __m256i v = block_q(type, row, b0, j);
-                _mm256_storeu_si256((__m256i *)(tmp + (size_t)i * k + (b0 + j) * 32),
-                                    sgn ? _mm256_xor_si256(v, flip) : v);
-                t->a[(b0 + j) * 16 + i] = h.ds[j];
-                t->m[(b0 + j) * 16 + i] = sgn ? 0.0f : -h.o[j];
-            }
-        }
-    }
-    for (int64_t b = 0; b < nb; b++) {
-        __m512i v[8];
-        vt_transpose((const char *)tmp + b * 32, (size_t)k, m, v);
-        for (int g = 0; g < 8; g++) _mm512_storeu_si512(t->q + (b * 8 + g) * 64, v[g]);
+    default: return; /* only qk_vt_unpacked's types come here */
     }
 }
 
