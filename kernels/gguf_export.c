@@ -9,6 +9,7 @@
 #include "kernels/cpu/quant.h"
 #include "kernels/engine.h"
 #include "kernels/gguf_export.h"
+#include "kernels/gguf_requant.h"
 #include "model/gguf.h"
 
 #include <errno.h>
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int type_by_name(const char *s)
 {
@@ -23,10 +25,10 @@ static int type_by_name(const char *s)
         const char *n;
         int t;
     } types[] = {
-        {"F32", Q_F32},   {"F16", Q_F16},   {"BF16", Q_BF16},   {"Q8_0", Q_Q8_0},
-        {"Q4_K", Q_Q4_K}, {"Q6_K", Q_Q6_K}, {"Q4_K_M", Q_Q4_K}, {"Q4_0", Q_Q4_0},
-        {"Q4_1", Q_Q4_1}, {"Q5_0", Q_Q5_0}, {"Q5_1", Q_Q5_1},   {"IQ4_NL", Q_IQ4_NL},
-        {"Q2_K", Q_Q2_K}, {"Q3_K", Q_Q3_K}, {"Q5_K", Q_Q5_K},   {"IQ4_XS", Q_IQ4_XS},
+        {"F32", Q_F32},   {"F16", Q_F16},   {"BF16", Q_BF16},     {"Q8_0", Q_Q8_0},
+        {"Q4_K", Q_Q4_K}, {"Q6_K", Q_Q6_K}, {"Q4_0", Q_Q4_0},     {"Q4_1", Q_Q4_1},
+        {"Q5_0", Q_Q5_0}, {"Q5_1", Q_Q5_1}, {"IQ4_NL", Q_IQ4_NL}, {"Q2_K", Q_Q2_K},
+        {"Q3_K", Q_Q3_K}, {"Q5_K", Q_Q5_K}, {"IQ4_XS", Q_IQ4_XS},
     };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (strcmp(types[i].n, s) == 0) return types[i].t;
@@ -212,6 +214,41 @@ static int add_experts(gguf_writer *w, int l, uint64_t seed, const eng_model_con
     return err;
 }
 
+/* A mix of llama.cpp's (Q4_K_M, Q3_K_M, ...): the model written in F32 beside `path`, then
+ * re-quantized from it by gguf_requant, whose table is the one that says which type each
+ * tensor takes under a mix; the F32 file is removed either way. */
+static int export_mix(const eng_model *m, const char *path, const gw_export_opts *o,
+                      const char *mix, char *note, size_t note_len)
+{
+    const gw_mix_model probe = {.n_layers = 1, .n_gqa = 1, .n_attn_v = 1};
+    if (gw_mix_type(mix, &probe, "blk.0.ffn_up.weight", 2, 256, Q_F32, 0) < 0)
+        return eng_seterr(-EINVAL,
+                          "--type %s: not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, "
+                          "Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K as every matrix's "
+                          "type, or one of llama.cpp's mixes: Q2_K_S, Q3_K_S, Q3_K_M, Q3_K_L, "
+                          "Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M)",
+                          mix);
+    const size_t n = strlen(path) + sizeof ".f32-XXXXXX";
+    char *tmp = malloc(n);
+    if (!tmp) return eng_seterr(-ENOMEM, "out of memory");
+    snprintf(tmp, n, "%s.f32-XXXXXX", path);
+    const int fd = mkstemp(tmp);
+    if (fd < 0) {
+        const int e = errno;
+        free(tmp);
+        return eng_seterr(-e, "%s: cannot create the F32 file to re-quantize from: %s", path,
+                          strerror(e));
+    }
+    close(fd);
+    gw_export_opts f32 = *o;
+    f32.type = "F32";
+    int err = gw_export_model(m, tmp, &f32, note, note_len);
+    if (!err) err = gw_requantize(tmp, path, mix, note, note_len);
+    unlink(tmp);
+    free(tmp);
+    return err;
+}
+
 int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *o, char *note,
                     size_t note_len)
 {
@@ -222,12 +259,7 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
         return eng_seterr(-EINVAL, "only float32 models (synthetic, llama2.c) can be exported");
     const char *tname = o->type ? o->type : "F32";
     int type = type_by_name(tname);
-    if (type < 0)
-        return eng_seterr(-EINVAL,
-                          "--type %s: not supported (F32, F16, BF16, Q8_0, Q4_K, Q6_K, "
-                          "Q4_K_M, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q5_K, IQ4_XS)",
-                          tname);
-    const bool mix = strcmp(tname, "Q4_K_M") == 0;
+    if (type < 0) return export_mix(m, path, o, tname, note, note_len);
     const char *arch = o->arch ? o->arch : "llama";
     const bool qwen2 = strcmp(arch, "qwen2") == 0, qwen3 = strcmp(arch, "qwen3") == 0;
     const bool gemma2 = strcmp(arch, "gemma2") == 0, gemma3 = strcmp(arch, "gemma3") == 0;
@@ -353,7 +385,6 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
     }
     for (int l = 0; l < c->n_layers && !err; l++) {
         const size_t L = (size_t)l;
-        const int v_type = mix ? Q_Q6_K : type;
         struct {
             const char *n;
             const float *p;
@@ -361,10 +392,10 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
         } mats[] = {
             {"attn_q", wt->wq + L * d * d, qd, d, type, ENG_T_WQ},
             {"attn_k", wt->wk + L * kv0 * d, kv, d, type, ENG_T_WK},
-            {"attn_v", wt->wv + L * kv0 * d, kv, d, v_type, ENG_T_WV},
+            {"attn_v", wt->wv + L * kv0 * d, kv, d, type, ENG_T_WV},
             {"attn_output", wt->wo + L * d * d, d, qd, type, ENG_T_WO},
             {"ffn_gate", wt->w1 + L * h * d, h, d, type, ENG_T_W1},
-            {"ffn_down", wt->w2 + L * d * h, d, h, v_type, ENG_T_W2},
+            {"ffn_down", wt->w2 + L * d * h, d, h, type, ENG_T_W2},
             {"ffn_up", wt->w3 + L * h * d, h, d, type, ENG_T_W3},
         };
         snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
@@ -472,7 +503,7 @@ int gw_export_model(const eng_model *m, const char *path, const gw_export_opts *
     }
     if ((err = add_vector(w, "output_norm.weight", wt->rms_final, d))) goto out;
     if (!c->shared_classifier && !gemma && /* gemma ties its classifier to the embedding */
-        (err = add_matrix(w, "output.weight", wt->wcls, V, d, mix ? Q_Q6_K : type, note, note_len)))
+        (err = add_matrix(w, "output.weight", wt->wcls, V, d, type, note, note_len)))
         goto out;
     if ((err = gw_write(w, path))) eng_seterr(err, "%s", gw_errmsg());
 out:

@@ -14,8 +14,10 @@
 #include <stddef.h>
 
 typedef struct gw_export_opts {
-    const char *type;   /* F32 F16 BF16 Q8_0 Q4_K Q6_K, or Q4_K_M (Q4_K with Q6_K for
-                              * output, attn_v and ffn_down, as llama.cpp's mix) */
+    const char *type;   /* every matrix in one type (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1
+                         * IQ4_NL IQ4_XS Q2_K Q3_K Q4_K Q5_K Q6_K), or one of llama.cpp's
+                         * mixes (Q4_K_M, Q3_K_M, ...: written in F32, then re-quantized by
+                         * gguf_requant, whose table gives each tensor its type) */
     const char *arch;   /* "llama" (default), "qwen2" (adds synthetic Q/K/V biases), "qwen3"
                        * (synthetic per-head Q/K norms), "gemma2" (synthetic norms after
                        * attention and FFN, tied classifier) or "gemma3" (both) */

@@ -9,8 +9,10 @@
  *
  * llama2c (default): the legacy checkpoint; loading it gives the same logits as the
  * in-memory synthetic model; a lazy spec (synthetic:lazy:...) is generated tensor by tensor
- * while writing. gguf: llama.cpp's layout with weights in --type (F32 F16 BF16 Q8_0 Q4_K
- * Q6_K Q4_K_M), --arch llama, qwen2, qwen3, gemma2, gemma3, phi3 or qwen3moe (8 synthetic
+ * while writing. gguf: llama.cpp's layout with every matrix in --type (F32 F16 BF16 Q8_0
+ * Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL IQ4_XS Q2_K Q3_K Q4_K Q5_K Q6_K), or in the types one of
+ * llama.cpp's mixes (Q4_K_M, Q3_K_M, Q5_K_M, ...: written in F32, then re-quantized as
+ * below) gives each tensor, --arch llama, qwen2, qwen3, gemma2, gemma3, phi3 or qwen3moe (8 synthetic
  * experts of half the FFN width, 2 per token) (--head-dim N: a synthetic
  * model's attention in heads of N, as Qwen3's 128 over a narrower width; --sliding-window N:
  * the attention window of the layers that have one), and the vocabulary of --tokenizer (a llama2.c
@@ -37,7 +39,7 @@
 
 static const char usage[] =
     "usage: ringlm-mkmodel --model SPEC --out FILE [--format llama2c|gguf]\n"
-    "                      [--type F32|F16|BF16|Q8_0|Q4_K|Q6_K|Q4_K_M]\n"
+    "                      [--type TYPE|MIX]\n"
     "                      [--arch llama|qwen2|qwen3|gemma2|gemma3|phi3|qwen3moe]\n"
     "                      [--head-dim N] [--sliding-window N]\n"
     "                      (--tokenizer TOKENIZER.bin | --vocab tokenizer.json\n"
@@ -57,6 +59,9 @@ static const char usage[] =
     "  --placeholder-vocab: a synthetic vocabulary (byte tokens, then \"tN\" pieces), for\n"
     "        weights-only work (benchmarks, engine comparisons) where no text is encoded\n"
     "  --format gguf needs one of --tokenizer, --vocab and --placeholder-vocab\n"
+    "  TYPE: every matrix in F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL IQ4_XS Q2_K\n"
+    "        Q3_K Q4_K Q5_K Q6_K; MIX (Q2_K_S Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S\n"
+    "        Q5_K_M): each tensor in the type llama.cpp's mix gives it (as below)\n"
     "  IN.gguf re-quantized under llama.cpp's mix MIX: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0\n"
     "        Q5_1 IQ4_NL IQ4_XS Q2_K Q2_K_S (needs --imatrix) Q3_K_S Q3_K_M Q3_K_L Q4_K_S\n"
     "        Q4_K_M Q5_K_S Q5_K_M Q6_K, or Q3_K Q4_K Q5_K (every matrix in that type); not\n"

@@ -24,8 +24,8 @@
 # per shape with their ratios — Q8_0 batch-1 decode >= 1.6x ringlm's own F32 (needs F32 and
 # Q8_0 in --types); for each quantized type (Q8_0, Q4_K_M), at 32 sequences >= 1.2x llama.cpp's
 # aggregate decode on the same file and at batch 1 >= 0.9x llama.cpp's — each "met" or "MISSED".
-# F16 and Q4_K_M files come from ringlm-mkmodel's own writer and quantizers (Q4_K_M: Q4_K, with
-# Q6_K for the output, V and feed-forward-down projections). The load average is printed at the
+# F16 and Q4_K_M files come from ringlm-mkmodel's own writer and quantizers (Q4_K_M: llama.cpp's
+# mix, as llama-quantize makes it of the F32 file). The load average is printed at the
 # start and the end: figures taken on a busy machine are indicative only.
 set -eu
 cd "$(dirname "$0")/.."

@@ -22,6 +22,7 @@
 #include "model/gguf.h"
 
 #include <dlfcn.h>
+#include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
 #include <sys/stat.h>
@@ -846,6 +847,67 @@ Test(gguf_oracle, requantized_types_equal_llama_quantize, .init = mk_tmpdir, .fi
     }
     cr_log_info("re-quantizer: %d tensors typed and written as llama.cpp's quantizer writes them",
                 compared);
+    dlclose(q.lib);
+}
+
+/* A model written straight into one of llama.cpp's mixes (ringlm-mkmodel --model
+ * synthetic:... --type Q3_K_M) is what llama.cpp's quantizer makes of the same model in F32:
+ * every tensor the type the mix gives it and the same bytes, on a llama and a qwen3moe shape;
+ * the F32 file it goes through is not left behind; a name that is neither a type nor a mix
+ * is refused naming both lists. */
+Test(gguf_oracle, models_written_in_a_mix_equal_llama_quantize, .init = mk_tmpdir,
+     .fini = rm_tmpdir, .timeout = 600)
+{
+    llq q;
+    llq_open(&q);
+    static const struct {
+        const char *spec, *arch;
+        int head_dim;
+    } shapes[] = {
+        {"synthetic:quant-gqa:19", "llama", 0},
+        {"synthetic:quant-test:15", "qwen3moe", 128},
+    };
+    static const char *const mixes[] = {"Q4_K_M", "Q3_K_M", "Q5_K_M", "Q4_K_S", "Q3_K_L"};
+    int compared = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        char f32[512];
+        snprintf(f32, sizeof f32, "%s/shape-%zu-f32.gguf", tmpdir, s);
+        export_gguf_heads(shapes[s].spec, NULL, "F32", shapes[s].arch, shapes[s].head_dim, f32);
+        for (size_t x = 0; x < sizeof mixes / sizeof mixes[0]; x++) {
+            char theirs[512], ours[512], what[160];
+            snprintf(theirs, sizeof theirs, "%s/theirs.gguf", tmpdir);
+            snprintf(ours, sizeof ours, "%s/ours.gguf", tmpdir);
+            llq_run(&q, f32, theirs, llq_ftype(mixes[x]), NULL);
+            export_gguf_heads(shapes[s].spec, NULL, mixes[x], shapes[s].arch, shapes[s].head_dim,
+                              ours);
+            snprintf(what, sizeof what, "%s %s written as %s", shapes[s].spec, shapes[s].arch,
+                     mixes[x]);
+            compared += llq_assert_same_tensors(what, theirs, ours);
+        }
+    }
+    /* nothing but the files above in the directory: the F32 go-betweens are gone */
+    DIR *d = opendir(tmpdir);
+    cr_assert_not_null(d);
+    int files = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        cr_assert(!strstr(e->d_name, ".f32-"), "left behind: %s", e->d_name);
+        files++;
+    }
+    closedir(d);
+    cr_assert_eq(files, 4, "%d files in the test directory", files);
+    eng_model *m;
+    cr_assert_eq(eng_model_load("synthetic:quant-test:15", &m), 0, "%s", eng_errmsg());
+    char out[512], note[256];
+    snprintf(out, sizeof out, "%s/q7.gguf", tmpdir);
+    const gw_export_opts o = {.type = "Q7_K"};
+    cr_assert_eq(gw_export_model(m, out, &o, note, sizeof note), -EINVAL);
+    cr_assert(strstr(eng_errmsg(), "--type Q7_K: not supported (F32") &&
+                  strstr(eng_errmsg(), "Q5_K_M)"),
+              "%s", eng_errmsg());
+    cr_assert_neq(access(out, F_OK), 0, "nothing written");
+    eng_model_free(m);
+    cr_log_info("models written in a mix: %d tensors typed and written as llama.cpp's", compared);
     dlclose(q.lib);
 }
 
