@@ -94,10 +94,10 @@ void gwh_start_daemon(const char *const *extra)
         if (!strcmp(extra[i], "--model")) n = 8;
     for (int i = 0; extra && extra[i] && n < 31; i++) argv[n++] = extra[i];
     argv[n] = NULL;
-    th_daemon_start(&gwh_daemon, argv, 20000);
+    th_daemon_start(&gwh_daemon, argv, GWH_DAEMON_START_MS);
     th_proc p = {.pid = gwh_daemon.pid};
     snprintf(p.log, sizeof p.log, "%s", gwh_daemon.log);
-    gwh_metrics_port = th_proc_log_int(&p, "metrics on port ", 20000);
+    gwh_metrics_port = th_proc_log_int(&p, "metrics on port ", GWH_DAEMON_START_MS);
     free(model);
     free(tok);
     free(policy);

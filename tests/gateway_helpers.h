@@ -33,9 +33,14 @@ char *gwh_policy(void);
 /* Writes the keys file (sk-alice-0001 alice, sk-bob-00001 bob batch, sk-tiny-00001 tiny,
  * sk-held-00001 held); its path (malloc()ed). */
 char *gwh_keys(void);
+/* How long a test waits for a ringlmd of its own to listen: a bound for a loaded machine, not
+ * a speed claim. synthetic:stories110M's load and warm-up took 14 s alone at load 12 on 2
+ * vCPUs, and two such daemons of one test, started beside another test, missed 20 s. */
+#define GWH_DAEMON_START_MS 60000
 /* ringlmd on stories260K (with its tokenizer, so it enforces constraints) with the test
  * policy, metrics on an ephemeral port; extra: NULL-terminated further options (may be NULL;
- * one that names another --model drops the tokenizer). */
+ * one that names another --model drops the tokenizer). Fails the test when it does not listen
+ * within GWH_DAEMON_START_MS. */
 void gwh_start_daemon(const char *const *extra);
 /* ringlmd options (in gwh_start_daemon's extra): --nice 19, so ringlmd and all its threads
  * (its BLAS pool too) run at the lowest nice, below the test and the gateway. Without it

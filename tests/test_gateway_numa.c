@@ -42,10 +42,10 @@ static void start_b(const char *const *extra)
     int n = 6;
     for (int i = 0; extra && extra[i] && n < 31; i++) args[n++] = extra[i];
     args[n] = NULL;
-    th_daemon_start(&g_b, args, 20000);
+    th_daemon_start(&g_b, args, GWH_DAEMON_START_MS);
     th_proc p = {.pid = g_b.pid};
     snprintf(p.log, sizeof p.log, "%s", g_b.log);
-    g_b_metrics = th_proc_log_int(&p, "metrics on port ", 20000);
+    g_b_metrics = th_proc_log_int(&p, "metrics on port ", GWH_DAEMON_START_MS);
     free(model);
     free(policy);
 }
