@@ -775,15 +775,22 @@ Test(doorbell, an_idle_session_ringing_in_a_loop_does_not_take_the_loop)
     cr_assert(th_readable(ready[0], 10000), "the ringer did not get its session");
     /* Measured over 2 s of ringing: the loop's CPU time, and how often it was woken (the
      * CPU share depends on how much of a loaded machine the ringer gets; the wakes are
-     * what it costs the loop). */
+     * what it costs the loop). The clock is read before the counters at the start and after
+     * them at the end, so the interval divided by holds the whole interval counted: read
+     * the other way round, a test process descheduled between the clock and the counters
+     * (nice 10 under `make test` at load 14 gets a few percent of a CPU) counted wakes of a
+     * time it did not divide by. */
+    uint64_t t0 = th_now_us();
     double c0 = cpu_ms(d.pid);
     long w0 = loop_wakes(d.pid);
-    uint64_t t0 = th_now_ms();
     th_pause_ms(2000);
-    double secs = (double)(th_now_ms() - t0) / 1e3;
-    double busy = (cpu_ms(d.pid) - c0) / (secs * 1e3);
-    double wakes = (double)(loop_wakes(d.pid) - w0) / secs;
-    cr_log_info("idle doorbell ringing: %.0f loop wakes/s, %.1f%% of a core", wakes, 100 * busy);
+    double c1 = cpu_ms(d.pid);
+    long w1 = loop_wakes(d.pid);
+    double secs = (double)(th_now_us() - t0) / 1e6;
+    double busy = (c1 - c0) / (secs * 1e3);
+    double wakes = (double)(w1 - w0) / secs;
+    cr_log_info("idle doorbell ringing: %.0f loop wakes/s, %.1f%% of a core (over %.2f s)", wakes,
+                100 * busy, secs);
     close(stop[1]);
     int st = th_reap(ringer, 5000);
     close(stop[0]);
