@@ -50,6 +50,7 @@ typedef struct rd_arg {
     const v8f *p;
     size_t n; /* vectors */
     pthread_barrier_t *start;
+    double t0, t1; /* when this thread started and ended reading */
     float sum;
 } rd_arg;
 
@@ -57,6 +58,7 @@ static void *rd_main(void *argp)
 {
     rd_arg *a = argp;
     pthread_barrier_wait(a->start);
+    a->t0 = now_s();
     v8f s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
     size_t i = 0;
     for (; i + 4 <= a->n; i += 4) {
@@ -69,10 +71,15 @@ static void *rd_main(void *argp)
     float t = 0;
     for (int j = 0; j < 8; j++) t += s[j];
     a->sum = t;
+    a->t1 = now_s();
     return NULL;
 }
 
-/* GB/s reading `bytes` of buf with `threads` threads (each its contiguous share). */
+/* GB/s reading `bytes` of buf with `threads` threads (each its contiguous share), timed from
+ * the first thread's start to the last one's end, each taken by the reading thread: the
+ * caller's own clock readings around the barrier and the joins were late whenever the readers
+ * had every CPU (two readers under chrt -f on two CPUs: the caller ran only once one ended,
+ * and the probe reported up to 1862 GB/s). */
 static double read_gbs(const v8f *buf, size_t bytes, int threads)
 {
     pthread_t th[64];
@@ -85,14 +92,17 @@ static double read_gbs(const v8f *buf, size_t bytes, int threads)
         pthread_create(&th[t], NULL, rd_main, &args[t]);
     }
     pthread_barrier_wait(&start);
-    double t0 = now_s();
     for (int t = 0; t < threads; t++) pthread_join(th[t], NULL);
-    double dt = now_s() - t0;
     pthread_barrier_destroy(&start);
+    double t0 = args[0].t0, t1 = args[0].t1;
     volatile float sink = 0;
-    for (int t = 0; t < threads; t++) sink += args[t].sum;
+    for (int t = 0; t < threads; t++) {
+        t0 = args[t].t0 < t0 ? args[t].t0 : t0;
+        t1 = args[t].t1 > t1 ? args[t].t1 : t1;
+        sink += args[t].sum;
+    }
     (void)sink;
-    return (double)per * threads * sizeof(v8f) / dt / 1e9;
+    return (double)per * threads * sizeof(v8f) / (t1 - t0) / 1e9;
 }
 
 /* ---- float32 multiply-add peak --------------------------------------------------- */
@@ -134,6 +144,7 @@ __attribute__((target("avx2,fma"))) static float fma_loop_avx2(float seed)
 
 typedef struct fma_arg {
     pthread_barrier_t *start;
+    double t0, t1; /* when this thread started and ended */
     float out;
 } fma_arg;
 
@@ -141,13 +152,16 @@ static void *fma_main(void *argp)
 {
     fma_arg *a = argp;
     pthread_barrier_wait(a->start);
+    a->t0 = now_s();
 #if defined(__x86_64__)
     a->out = fma_loop_avx2(1.0f);
 #endif
+    a->t1 = now_s();
     return NULL;
 }
 
-/* GFLOP/s of `threads` threads each running FMA_CHAINS independent 8-lane FMA chains. */
+/* GFLOP/s of `threads` threads each running FMA_CHAINS independent 8-lane FMA chains, timed
+ * from the first thread's start to the last one's end (as read_gbs). */
 static double fma_gflops(int threads)
 {
     pthread_t th[64];
@@ -159,11 +173,14 @@ static double fma_gflops(int threads)
         pthread_create(&th[t], NULL, fma_main, &args[t]);
     }
     pthread_barrier_wait(&start);
-    double t0 = now_s();
     for (int t = 0; t < threads; t++) pthread_join(th[t], NULL);
-    double dt = now_s() - t0;
     pthread_barrier_destroy(&start);
-    return 2.0 * 8 * FMA_CHAINS * (double)FMA_ITERS * threads / dt / 1e9;
+    double t0 = args[0].t0, t1 = args[0].t1;
+    for (int t = 1; t < threads; t++) {
+        t0 = args[t].t0 < t0 ? args[t].t0 : t0;
+        t1 = args[t].t1 > t1 ? args[t].t1 : t1;
+    }
+    return 2.0 * 8 * FMA_CHAINS * (double)FMA_ITERS * threads / (t1 - t0) / 1e9;
 }
 
 /* ---- the multiply units, one thread --------------------------------------------------- */
