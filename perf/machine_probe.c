@@ -2,7 +2,8 @@
 /*
  * machine_probe — what this machine can do, measured now, for the benchmarks that compare
  * against it (perf/llama_compare.sh prints it beside each run): the memory read bandwidth
- * (--threads threads each summing its share of a buffer far larger than the caches), the
+ * (--threads threads reading a buffer far larger than the caches: the best of several
+ * layouts of a reader like the engine's, and the simple figure of older results; below), the
  * float32 multiply-add peak (independent FMA chains in registers, AVX2 where the CPU has
  * it), and OpenBLAS SGEMM's rate on a square product (--threads threads) and on one
  * prefill projection (256 x 768 x 768, one thread, as the engine's workers call it), with
@@ -16,9 +17,14 @@
  * the dot kernels are made of, alone and in pairs; 8-bit dots; FMAs and dots side by side,
  * per cycle; and, where the CPU has AVX-512 BF16, vdpbf16ps zmm beside vfmadd231ps zmm: the
  * BF16 dot peak that kernels/cpu/gemm_bf16.c's tiles are measured against); --mul measures
- * only those.
+ * only those, --read only the read bandwidth.
  *
- *   machine_probe [--threads N] [--repeats R] [--mib M] [--json] [--mul] [--small-pages]
+ * On a shared machine run it as the figures it is put against were run (two threads under
+ * chrt -f 10 where those were): without it, at load 11 on two CPUs, every layout read 7-10
+ * GB/s, its threads descheduled most of the time (1.7 s of CPU in 8.6 s).
+ *
+ *   machine_probe [--threads N] [--repeats R] [--mib M] [--json] [--mul | --read]
+ *                 [--small-pages]
  */
 #include "kernels/cpu/blas_core.h"
 #include "perf/bench_util.h"
@@ -28,6 +34,7 @@
 #include <sys/mman.h>
 #include <pthread.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,49 +53,233 @@ typedef float v8f __attribute__((vector_size(32)));
 
 /* ---- read bandwidth ---------------------------------------------------------------- */
 
+/*
+ * Two figures. The simple one (read_gb_s, the only one before): --threads threads each sum
+ * their contiguous share of the buffer as one stream of 32-byte vectors (two 16-byte halves
+ * in this baseline x86-64 build), kept as it was so that older results stay comparable. The
+ * engine does not read that way: its tiles take AVX-512 loads from 4 rows, one in each
+ * quarter of a matrix (4 concurrent sequential streams a thread, kernels/cpu/gemm_small.c,
+ * quant_float.c), each thread its part of every matrix in turn; on the Zen 4 VM its batch-1
+ * decode read stories110M F32 at 52 GB/s where the simple probe said 36-41.
+ *
+ * The best one (read_best): the same buffer read in every layout below, each a reader like
+ * the engine — 64-byte loads (AVX-512 where the CPU has it, else two AVX2 halves) multiplied
+ * into accumulators — that differ in what the hardware prefetcher and the memory system
+ * see: streams per thread (1, 4 or 8 sequential streams read side by side, a line from each
+ * in turn), software prefetch (none, or prefetcht0 RD_PF_BYTES ahead in every stream), and
+ * each thread's share (contiguous: its 1/T of the buffer; interleaved: the threads take
+ * RD_CHUNK bytes each in turn, as the engine's workers split every matrix). The layouts
+ * alternate within each repeat, so a change of the machine's bandwidth over time hits them
+ * alike; the layout with the highest median is reported with its median, lowest and highest.
+ * That is an upper bound of what a reader like the engine gets here now, which is what a
+ * decode's read rate is put against (perf/llama_compare.sh).
+ *
+ * What the layouts showed on the Zen 4 VM (2 threads under chrt -f 10, load 9-11,
+ * docs/results/2026-12-08-read-probe-zen4-s16.md): one stream, or 4 interleaved, read
+ * 58-65 GB/s, the simple reader 52-54; contiguous shares split into 4 or 8 streams 64-256 MiB
+ * apart read 30-48 (one thread: 13-15 against 31 from one stream), far streams a power of two
+ * apart that the engine's quarters (hundreds of KiB apart) never are; prefetch 256 B ahead
+ * was as fast as none, 512-2048 B 5-20% slower. The buffer: 64 MiB read low (the threads'
+ * start skew is much of a 1 ms pass), 128 MiB high (part of it from the 32 MiB L3), 256-2048
+ * MiB the same within the spread; 1024 MiB (--mib) stays the default.
+ */
+#define RD_CHUNK    ((size_t)2 << 20) /* interleaved: bytes a thread reads per turn */
+#define RD_PF_BYTES 256               /* software prefetch distance in each stream */
+#define RD_LINE     64                /* bytes per load step of a stream */
+
+typedef struct rd_layout {
+    int streams;        /* sequential streams a thread reads side by side */
+    int prefetch_bytes; /* prefetcht0 this far ahead in each stream; 0: none */
+    int interleaved;    /* 0: each thread its contiguous share; 1: turns of RD_CHUNK */
+} rd_layout;
+
+static const rd_layout rd_layouts[] = {
+    {1, 0, 0}, {4, 0, 0}, {8, 0, 0}, {1, RD_PF_BYTES, 0}, {4, RD_PF_BYTES, 0}, {8, RD_PF_BYTES, 0},
+    {1, 0, 1}, {4, 0, 1}, {8, 0, 1}, {1, RD_PF_BYTES, 1}, {4, RD_PF_BYTES, 1}, {8, RD_PF_BYTES, 1},
+};
+#define RD_N_LAYOUTS ((int)(sizeof rd_layouts / sizeof rd_layouts[0]))
+
+/* "4 streams, interleaved 2 MiB, prefetch 256 B" */
+static void rd_layout_name(const rd_layout *l, char *out, size_t n)
+{
+    char pf[32] = "no prefetch";
+    if (l->prefetch_bytes) snprintf(pf, sizeof pf, "prefetch %d B", l->prefetch_bytes);
+    snprintf(out, n, "%d stream%s, %s, %s", l->streams, l->streams > 1 ? "s" : "",
+             l->interleaved ? "interleaved 2 MiB" : "contiguous", pf);
+}
+
 typedef struct rd_arg {
-    const v8f *p;
-    size_t n; /* vectors */
+    const char *buf;
+    size_t bytes; /* of the whole buffer */
+    int thread, threads;
+    rd_layout layout;
+    int simple; /* the simple reader (above) instead of the layout */
     pthread_barrier_t *start;
     double t0, t1; /* when this thread started and ended reading */
     float sum;
 } rd_arg;
+
+/* the simple reader: n vectors from p, one stream, 4 sums */
+static float rd_simple(const v8f *p, size_t n)
+{
+    v8f s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += p[i];
+        s1 += p[i + 1];
+        s2 += p[i + 2];
+        s3 += p[i + 3];
+    }
+    v8f s = (s0 + s1) + (s2 + s3);
+    float t = 0;
+    for (int j = 0; j < 8; j++) t += s[j];
+    return t;
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+/* One piece of `bytes` (a multiple of S * RD_LINE * U) read as S streams of bytes / S each,
+ * U lines of each stream a step (S * U accumulators: at least 4, so that the multiply-adds'
+ * latency never bounds the loads), with prefetcht0 pf bytes ahead when pf > 0. S, U and the
+ * presence of pf are constants at every call, so the loops unroll into registers. */
+#define RD_PIECE512(S, U)                                                                          \
+    __attribute__((target("avx512f"))) static float rd_piece512_##S(const char *p, size_t bytes,   \
+                                                                    int pf)                        \
+    {                                                                                              \
+        const size_t len = bytes / S;                                                              \
+        const __m512 x = _mm512_set1_ps(1e-3f);                                                    \
+        __m512 acc[S * U];                                                                         \
+        for (int a = 0; a < S * U; a++) acc[a] = _mm512_setzero_ps();                              \
+        for (size_t off = 0; off < len; off += (size_t)RD_LINE * U) {                              \
+            if (pf)                                                                                \
+                for (int s = 0; s < S; s++)                                                        \
+                    for (int u = 0; u < U; u++)                                                    \
+                        _mm_prefetch(p + (size_t)s * len + off + (size_t)u * RD_LINE + pf,         \
+                                     _MM_HINT_T0);                                                 \
+            for (int s = 0; s < S; s++)                                                            \
+                for (int u = 0; u < U; u++)                                                        \
+                    acc[s * U + u] =                                                               \
+                        _mm512_fmadd_ps(_mm512_load_ps((const float *)(p + (size_t)s * len + off + \
+                                                                       (size_t)u * RD_LINE)),      \
+                                        x, acc[s * U + u]);                                        \
+        }                                                                                          \
+        __m512 t = acc[0];                                                                         \
+        for (int a = 1; a < S * U; a++) t = _mm512_add_ps(t, acc[a]);                              \
+        return _mm512_reduce_add_ps(t);                                                            \
+    }
+#define RD_PIECE256(S, U)                                                                          \
+    __attribute__((target("avx2,fma"))) static float rd_piece256_##S(const char *p, size_t bytes,  \
+                                                                     int pf)                       \
+    {                                                                                              \
+        const size_t len = bytes / S;                                                              \
+        const __m256 x = _mm256_set1_ps(1e-3f);                                                    \
+        __m256 acc[S * U];                                                                         \
+        for (int a = 0; a < S * U; a++) acc[a] = _mm256_setzero_ps();                              \
+        for (size_t off = 0; off < len; off += (size_t)RD_LINE * U) {                              \
+            if (pf)                                                                                \
+                for (int s = 0; s < S; s++)                                                        \
+                    for (int u = 0; u < U; u++)                                                    \
+                        _mm_prefetch(p + (size_t)s * len + off + (size_t)u * RD_LINE + pf,         \
+                                     _MM_HINT_T0);                                                 \
+            for (int s = 0; s < S; s++)                                                            \
+                for (int u = 0; u < U; u++)                                                        \
+                    for (int h = 0; h < 2; h++)                                                    \
+                        acc[s * U + u] = _mm256_fmadd_ps(                                          \
+                            _mm256_load_ps((const float *)(p + (size_t)s * len + off +             \
+                                                           (size_t)u * RD_LINE + 32 * h)),         \
+                            x, acc[s * U + u]);                                                    \
+        }                                                                                          \
+        __m256 t = acc[0];                                                                         \
+        for (int a = 1; a < S * U; a++) t = _mm256_add_ps(t, acc[a]);                              \
+        float v[8];                                                                                \
+        _mm256_storeu_ps(v, t);                                                                    \
+        return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));                  \
+    }
+RD_PIECE512(1, 4)
+RD_PIECE512(4, 1)
+RD_PIECE512(8, 1)
+RD_PIECE256(1, 4)
+RD_PIECE256(4, 1)
+RD_PIECE256(8, 1)
+
+static int rd_avx512; /* set once in main */
+
+static float rd_piece(const char *p, size_t bytes, int streams, int pf)
+{
+    if (rd_avx512) {
+        switch (streams) {
+        case 1: return rd_piece512_1(p, bytes, pf);
+        case 4: return rd_piece512_4(p, bytes, pf);
+        default: return rd_piece512_8(p, bytes, pf);
+        }
+    }
+    switch (streams) {
+    case 1: return rd_piece256_1(p, bytes, pf);
+    case 4: return rd_piece256_4(p, bytes, pf);
+    default: return rd_piece256_8(p, bytes, pf);
+    }
+}
+#else
+static int rd_avx512;
+
+/* portable: the simple reader over each stream in turn (one stream at a time) */
+static float rd_piece(const char *p, size_t bytes, int streams, int pf)
+{
+    (void)pf;
+    float t = 0;
+    for (int s = 0; s < streams; s++)
+        t += rd_simple((const v8f *)(p + (size_t)s * (bytes / streams)),
+                       bytes / streams / sizeof(v8f));
+    return t;
+}
+#endif
 
 static void *rd_main(void *argp)
 {
     rd_arg *a = argp;
     pthread_barrier_wait(a->start);
     a->t0 = now_s();
-    v8f s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
-    size_t i = 0;
-    for (; i + 4 <= a->n; i += 4) {
-        s0 += a->p[i];
-        s1 += a->p[i + 1];
-        s2 += a->p[i + 2];
-        s3 += a->p[i + 3];
+    const size_t per = a->bytes / (size_t)a->threads;
+    if (a->simple) {
+        a->sum = rd_simple((const v8f *)(a->buf + (size_t)a->thread * per), per / sizeof(v8f));
+        a->t1 = now_s();
+        return NULL;
     }
-    v8f s = (s0 + s1) + (s2 + s3);
+    const rd_layout *l = &a->layout;
     float t = 0;
-    for (int j = 0; j < 8; j++) t += s[j];
+    if (!l->interleaved) {
+        t = rd_piece(a->buf + (size_t)a->thread * per, per, l->streams, l->prefetch_bytes);
+    } else {
+        const size_t turn = RD_CHUNK * (size_t)a->threads;
+        for (size_t off = (size_t)a->thread * RD_CHUNK; off + RD_CHUNK <= a->bytes; off += turn)
+            t += rd_piece(a->buf + off, RD_CHUNK, l->streams, l->prefetch_bytes);
+    }
     a->sum = t;
     a->t1 = now_s();
     return NULL;
 }
 
-/* GB/s reading `bytes` of buf with `threads` threads (each its contiguous share), timed from
- * the first thread's start to the last one's end, each taken by the reading thread: the
+/* GB/s reading the buffer with `threads` threads: the simple reader (layout NULL) or a
+ * layout. bytes: a multiple of RD_CHUNK * threads (and so of every piece's step). The time is
+ * from the first thread's start to the last one's end, each taken by the reading thread: the
  * caller's own clock readings around the barrier and the joins were late whenever the readers
  * had every CPU (two readers under chrt -f on two CPUs: the caller ran only once one ended,
- * and the probe reported up to 1862 GB/s). */
-static double read_gbs(const v8f *buf, size_t bytes, int threads)
+ * and the probe reported thousands of GB/s). */
+static double read_gbs(const char *buf, size_t bytes, int threads, const rd_layout *layout)
 {
     pthread_t th[64];
     rd_arg args[64];
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
-    size_t nv = bytes / sizeof(v8f), per = nv / (size_t)threads;
     for (int t = 0; t < threads; t++) {
-        args[t] = (rd_arg){.p = buf + (size_t)t * per, .n = per, .start = &start};
+        args[t] = (rd_arg){.buf = buf,
+                           .bytes = bytes,
+                           .thread = t,
+                           .threads = threads,
+                           .layout = layout ? *layout : (rd_layout){1, 0, 0},
+                           .simple = !layout,
+                           .start = &start};
         pthread_create(&th[t], NULL, rd_main, &args[t]);
     }
     pthread_barrier_wait(&start);
@@ -102,7 +293,7 @@ static double read_gbs(const v8f *buf, size_t bytes, int threads)
         sink += args[t].sum;
     }
     (void)sink;
-    return (double)per * threads * sizeof(v8f) / (t1 - t0) / 1e9;
+    return (double)bytes / (t1 - t0) / 1e9;
 }
 
 /* ---- float32 multiply-add peak --------------------------------------------------- */
@@ -478,39 +669,147 @@ static void mul_report(const mul_probe *runs, int n, int json)
     }
 }
 
+/* Bytes of [p, p + bytes) that lie on huge pages: the AnonHugePages of the mapping that holds
+ * p (/proc/self/smaps), at most bytes; -1 where it cannot be read. A buffer that did not get
+ * its 2 MiB pages (memory too fragmented, transparent huge pages off) reads slower than the
+ * weights that did, and the probe says so. */
+static long long rd_huge_bytes(const void *p, size_t bytes)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return -1;
+    char line[512];
+    int inside = 0;
+    long long kib = -1;
+    const unsigned long at = (unsigned long)(uintptr_t)p;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            inside = at >= lo && at < hi;
+            continue;
+        }
+        if (inside && sscanf(line, "AnonHugePages: %lld kB", &kib) == 1) break;
+    }
+    fclose(f);
+    if (kib < 0) return -1;
+    return kib * 1024 > (long long)bytes ? (long long)bytes : kib * 1024;
+}
+
+/* ---- the read figures: measured, reported -------------------------------------------- */
+
+typedef struct read_result {
+    stat3 simple;               /* the simple reader */
+    stat3 layout[RD_N_LAYOUTS]; /* each layout */
+    int best;                   /* the layout with the highest median */
+} read_result;
+
+/* repeats of the simple reader and every layout, in turns (each repeat starts one further
+ * along, so no reader always comes first or last) */
+static read_result read_measure(const char *buf, size_t bytes, int threads, int repeats)
+{
+    static double v[RD_N_LAYOUTS + 1][64];
+    for (int r = 0; r < repeats; r++)
+        for (int i = 0; i <= RD_N_LAYOUTS; i++) {
+            const int which = (i + r) % (RD_N_LAYOUTS + 1); /* 0: simple, else layout which-1 */
+            v[which][r] = read_gbs(buf, bytes, threads, which ? &rd_layouts[which - 1] : NULL);
+        }
+    read_result out = {.simple = stats(v[0], repeats), .best = 0};
+    for (int l = 0; l < RD_N_LAYOUTS; l++) {
+        out.layout[l] = stats(v[l + 1], repeats);
+        if (out.layout[l].median > out.layout[out.best].median) out.best = l;
+    }
+    return out;
+}
+
+static const char *rd_isa(void)
+{
+#if defined(__x86_64__)
+    return rd_avx512 ? "avx512" : "avx2";
+#else
+    return "portable";
+#endif
+}
+
+/* The read figures: JSON members (no braces around, no comma after) or lines of text. */
+static void read_report(const read_result *r, int json, int mib, int small_pages, double huge_share)
+{
+    char name[96];
+    const rd_layout *bl = &rd_layouts[r->best];
+    const stat3 *b = &r->layout[r->best];
+    rd_layout_name(bl, name, sizeof name);
+    if (json) {
+        printf("\"read_pages\":\"%s\",\"read_mib\":%d,\"read_huge_page_share\":%.2f,"
+               "\"read_gb_s\":{\"median\":%.2f,\"lowest\":%.2f,\"highest\":%.2f},"
+               "\"read_best\":{\"layout\":\"%s\",\"streams\":%d,\"prefetch_bytes\":%d,"
+               "\"share\":\"%s\",\"isa\":\"%s\","
+               "\"gb_s\":{\"median\":%.2f,\"lowest\":%.2f,\"highest\":%.2f}},"
+               "\"read_layouts\":[",
+               small_pages ? "4KiB" : "2MiB", mib, huge_share, r->simple.median, r->simple.lowest,
+               r->simple.highest, name, bl->streams, bl->prefetch_bytes,
+               bl->interleaved ? "interleaved" : "contiguous", rd_isa(), b->median, b->lowest,
+               b->highest);
+        for (int l = 0; l < RD_N_LAYOUTS; l++) {
+            const rd_layout *x = &rd_layouts[l];
+            rd_layout_name(x, name, sizeof name);
+            printf("%s{\"layout\":\"%s\",\"streams\":%d,\"prefetch_bytes\":%d,\"share\":\"%s\","
+                   "\"gb_s\":{\"median\":%.2f,\"lowest\":%.2f,\"highest\":%.2f}}",
+                   l ? "," : "", name, x->streams, x->prefetch_bytes,
+                   x->interleaved ? "interleaved" : "contiguous", r->layout[l].median,
+                   r->layout[l].lowest, r->layout[l].highest);
+        }
+        printf("]");
+        return;
+    }
+    printf("  read bandwidth (%d MiB, %s pages asked, %.0f%% on 2 MiB pages), the best of %d "
+           "layouts (%s loads):\n",
+           mib, small_pages ? "4 KiB" : "2 MiB", huge_share * 100, RD_N_LAYOUTS, rd_isa());
+    printf("    %-46s %8.2f GB/s     [%.2f, %.2f]\n", name, b->median, b->lowest, b->highest);
+    printf("  read bandwidth, simple (1 stream a thread, contiguous, 32-byte sums):\n");
+    printf("    %-46s %8.2f GB/s     [%.2f, %.2f]\n", "", r->simple.median, r->simple.lowest,
+           r->simple.highest);
+    printf("  every layout:\n");
+    for (int l = 0; l < RD_N_LAYOUTS; l++) {
+        rd_layout_name(&rd_layouts[l], name, sizeof name);
+        printf("    %-46s %8.2f GB/s     [%.2f, %.2f]\n", name, r->layout[l].median,
+               r->layout[l].lowest, r->layout[l].highest);
+    }
+}
+
 int main(int argc, char **argv)
 {
     blas_core_fix(argv); /* OpenBLAS's kernels as ringlmd runs them (kernels/cpu/blas_core.h) */
-    int threads = 2, repeats = 5, json = 0, mib = 1024, mul_only = 0, small_pages = 0;
-    static const struct option opts[] = {{"threads", required_argument, 0, 't'},
-                                         {"repeats", required_argument, 0, 'r'},
-                                         {"mib", required_argument, 0, 'm'},
-                                         {"json", no_argument, 0, 'j'},
-                                         {"mul", no_argument, 0, 'u'},
-                                         {"small-pages", no_argument, 0, 's'},
-                                         {0, 0, 0, 0}};
+    int threads = 2, repeats = 5, json = 0, mib = 1024, mul_only = 0, read_only = 0,
+        small_pages = 0;
+    static const struct option opts[] = {
+        {"threads", required_argument, 0, 't'}, {"repeats", required_argument, 0, 'r'},
+        {"mib", required_argument, 0, 'm'},     {"json", no_argument, 0, 'j'},
+        {"mul", no_argument, 0, 'u'},           {"read", no_argument, 0, 'R'},
+        {"small-pages", no_argument, 0, 's'},   {0, 0, 0, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "t:r:m:jus", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "t:r:m:juRs", opts, NULL)) != -1) {
         switch (ch) {
         case 't': threads = atoi(optarg); break;
         case 'r': repeats = atoi(optarg); break;
         case 'm': mib = atoi(optarg); break;
         case 'j': json = 1; break;
         case 'u': mul_only = 1; break;
+        case 'R': read_only = 1; break;
         case 's': small_pages = 1; break;
         default:
             fprintf(stderr, "usage: machine_probe [--threads N] [--repeats R] [--mib M] [--json] "
-                            "[--mul] [--small-pages]\n");
+                            "[--mul | --read] [--small-pages]\n");
             return 2;
         }
     }
-    if (threads < 1 || threads > 64 || repeats < 1 || repeats > 64 || mib < 64) {
-        fprintf(stderr, "machine_probe: --threads 1..64, --repeats 1..64, --mib >= 64\n");
+    if (threads < 1 || threads > 64 || repeats < 1 || repeats > 64 || mib < 64 ||
+        (mul_only && read_only)) {
+        fprintf(stderr, "machine_probe: --threads 1..64, --repeats 1..64, --mib >= 64, "
+                        "--mul or --read\n");
         return 2;
     }
 #if defined(__x86_64__)
     __builtin_cpu_init();
     const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    rd_avx512 = __builtin_cpu_supports("avx512f");
     char features[256] = "";
     const struct {
         const char *name;
@@ -544,53 +843,74 @@ int main(int argc, char **argv)
         }
         return 0;
     }
-    size_t bytes = (size_t)mib << 20;
+    /* a whole number of interleaved turns (every layout reads the same bytes) */
+    const size_t turn = RD_CHUNK * (size_t)threads;
+    const size_t bytes = ((size_t)mib << 20) / turn * turn;
     /* 2 MiB-aligned, advised onto huge pages unless --small-pages (ringlmd reads its weights
      * on huge pages: gguf_open_weights) */
-    v8f *buf = aligned_alloc((size_t)2 << 20, bytes);
+    char *buf = aligned_alloc((size_t)2 << 20, bytes);
     if (buf && !small_pages) (void)madvise(buf, bytes, MADV_HUGEPAGE);
-    const int M = 1024, pm = 256, pk = 768;
-    float *a = malloc((size_t)M * M * sizeof(float)), *b = malloc((size_t)M * M * sizeof(float)),
-          *c = malloc((size_t)M * M * sizeof(float));
-    if (!buf || !a || !b || !c) {
+    if (!buf) {
         fprintf(stderr, "machine_probe: out of memory\n");
         return 1;
     }
     memset(buf, 0, bytes);
+    const long long huge = rd_huge_bytes(buf, bytes);
+    const double huge_share = huge < 0 ? -1.0 : (double)huge / (double)bytes;
+    if (read_only) {
+        const read_result rr = read_measure(buf, bytes, threads, repeats);
+        if (json) {
+            printf("{\"threads\":%d,\"repeats\":%d,\"cpu_features\":\"%s\",", threads, repeats,
+                   features);
+            read_report(&rr, 1, mib, small_pages, huge_share);
+            printf("}\n");
+        } else {
+            printf("machine_probe --read, %d threads, medians of %d [lowest, highest]\n", threads,
+                   repeats);
+            printf("  cpu features:                  %s\n", features);
+            read_report(&rr, 0, mib, small_pages, huge_share);
+        }
+        free(buf);
+        return 0;
+    }
+    const int M = 1024, pm = 256, pk = 768;
+    float *a = malloc((size_t)M * M * sizeof(float)), *b = malloc((size_t)M * M * sizeof(float)),
+          *c = malloc((size_t)M * M * sizeof(float));
+    if (!a || !b || !c) {
+        fprintf(stderr, "machine_probe: out of memory\n");
+        return 1;
+    }
     for (size_t i = 0; i < (size_t)M * M; i++) {
         a[i] = (float)(i % 97) * 1e-3f;
         b[i] = (float)(i % 89) * 1e-3f;
     }
-    double rd[64], fm[64], sg[64], sp[64];
+    const read_result rr = read_measure(buf, bytes, threads, repeats);
+    double fm[64], sg[64], sp[64];
     for (int r = 0; r < repeats; r++) {
-        rd[r] = read_gbs(buf, bytes, threads);
         fm[r] = avx2 ? fma_gflops(threads) : 0.0;
         sg[r] = sgemm_gflops(M, M, M, threads, a, b, c);
         sp[r] = sgemm_gflops(pm, pk, pk, 1, a, b, c);
         mp[r] = mul_probe_run(avx2);
     }
-    stat3 srd = stats(rd, repeats), sfm = stats(fm, repeats), ssg = stats(sg, repeats),
-          ssp = stats(sp, repeats);
+    stat3 sfm = stats(fm, repeats), ssg = stats(sg, repeats), ssp = stats(sp, repeats);
     const char *core = openblas_get_corename();
     if (json) {
-        printf("{\"threads\":%d,\"repeats\":%d,\"cpu_features\":\"%s\",\"openblas_core\":\"%s\","
-               "\"read_pages\":\"%s\","
-               "\"read_gb_s\":{\"median\":%.2f,\"lowest\":%.2f,\"highest\":%.2f},"
-               "\"fma_f32_gflop_s\":{\"median\":%.1f,\"lowest\":%.1f,\"highest\":%.1f},"
+        printf("{\"threads\":%d,\"repeats\":%d,\"cpu_features\":\"%s\",\"openblas_core\":\"%s\",",
+               threads, repeats, features, core ? core : "?");
+        read_report(&rr, 1, mib, small_pages, huge_share);
+        printf(",\"fma_f32_gflop_s\":{\"median\":%.1f,\"lowest\":%.1f,\"highest\":%.1f},"
                "\"sgemm_1024_gflop_s\":{\"median\":%.1f,\"lowest\":%.1f,\"highest\":%.1f},"
                "\"sgemm_256x768x768_1thread_gflop_s\":{\"median\":%.1f,\"lowest\":%.1f,"
                "\"highest\":%.1f},",
-               threads, repeats, features, core ? core : "?", small_pages ? "4KiB" : "2MiB",
-               srd.median, srd.lowest, srd.highest, sfm.median, sfm.lowest, sfm.highest, ssg.median,
-               ssg.lowest, ssg.highest, ssp.median, ssp.lowest, ssp.highest);
+               sfm.median, sfm.lowest, sfm.highest, ssg.median, ssg.lowest, ssg.highest, ssp.median,
+               ssp.lowest, ssp.highest);
         mul_report(mp, repeats, 1);
         printf("}\n");
     } else {
         printf("machine_probe, %d threads, medians of %d [lowest, highest]\n", threads, repeats);
         printf("  cpu features:                  %s\n", features);
         printf("  OpenBLAS core:                 %s\n", core ? core : "?");
-        printf("  read bandwidth (%d MiB, %s pages): %8.2f GB/s     [%.2f, %.2f]\n", mib,
-               small_pages ? "4 KiB" : "2 MiB", srd.median, srd.lowest, srd.highest);
+        read_report(&rr, 0, mib, small_pages, huge_share);
         printf("  f32 FMA peak (AVX2):           %8.1f GFLOP/s [%.1f, %.1f]\n", sfm.median,
                sfm.lowest, sfm.highest);
         printf("  SGEMM 1024^3:                  %8.1f GFLOP/s [%.1f, %.1f]\n", ssg.median,
