@@ -17,9 +17,20 @@
 # one core's products per cycle in FMAs, 8-bit integer dots and BF16 dots (machine_probe --mul).
 # Prints per file the median of each figure with the lowest and highest run, ringlm/llama.cpp
 # on the medians, and batch-1 decode as a share of the probed read bandwidth (the file's
-# bytes read once per token). Prefill lengths beyond a model's context (stories15M: 256) are
-# not run. --json writes one JSON object per file instead of the tables. HTTP runs for the
-# types of --http-types (default F32; "none" skips it), --http-streams (default 1,8,32);
+# bytes read once per token).
+# The read bandwidth of a VM moves between processes and over minutes, so the share is taken
+# against probes of its own window: machine_probe --read runs just before and just after each
+# file's decode block (ringlm's and llama.cpp's decode runs of that file in that run), and
+# each run's batch-1 decode is put against the higher of its block's two probes (each the
+# median of its fastest layout: an upper bound of what a reader like the engine gets), then
+# the median over runs is printed with the lowest and highest run. The higher of the two,
+# not their mean or the lower, so that a probe that caught the machine slow does not flatter
+# the share; per run, not the median rate over the median probe, so that a fast run is not
+# put against a slow window. Every block's probes are printed (its fastest layout's figure,
+# and the simple figure of older results in parentheses). Prefill lengths beyond a model's
+# context (stories15M: 256) are not run. --json writes one JSON object per file instead of
+# the tables. HTTP runs for the types of --http-types (default F32; "none" skips it),
+# --http-streams (default 1,8,32);
 # --http-policy FILE runs that ringlmd with the policy FILE (default: its built-in policy).
 # --arch A writes the files with that architecture (ringlm-mkmodel --arch; default llama, the
 # files then named PRESET-TYPE.gguf, else PRESET-A-TYPE.gguf): for qwen3moe, whose decode row
@@ -58,7 +69,8 @@ MODELS=stories15M,stories110M TYPES=F32,F16,BF16,Q8_0,Q4_K_M SEQS=1,4,8,16,32 PR
 RUNS=3 THREADS=2 JSON=0 KEEP= ARCH=llama
 HTTP_TYPES=F32 HTTP_STREAMS=1,8,32 HTTP_POLICY= DO_DECODE=1 DO_PREFILL=1
 PROMPT=32 GEN=128
-usage() { sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+# --help (or anything it does not know) prints this header
+usage() { awk 'NR > 1 { if (!/^#/) exit; sub(/^# ?/, ""); print }' "$0" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --models) MODELS=$2; shift 2 ;;
@@ -109,12 +121,12 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 dir=${KEEP:-$tmp}
 mkdir -p "$dir"
-cp "$B/perf/engine_bench" "$tmp/engine_bench" # a rebuild meanwhile does not disturb the runs
+cp "$B/perf/engine_bench" "$B/perf/machine_probe" "$tmp/" # a rebuild meanwhile disturbs nothing
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 : >"$tmp/load.log"
 # mark BLOCK: the 1-minute load average now, into the log the summary prints
 mark() { echo "$1 $(cut -d' ' -f1 /proc/loadavg)" >>"$tmp/load.log"; }
-"$B/perf/machine_probe" --threads "$THREADS" --repeats 3 --json >"$tmp/probe.jsonl"
+"$tmp/machine_probe" --threads "$THREADS" --repeats 3 --json >"$tmp/probe.jsonl"
 
 files=()
 arch_args=()
@@ -134,8 +146,19 @@ for preset in ${MODELS//,/ }; do
     : >"$tmp/$base.pre.jsonl"
     : >"$tmp/$base.llama.jsonl"
     : >"$tmp/$base.http.jsonl"
+    : >"$tmp/$base.probe.jsonl"
   done
 done
+
+# probe_read RUN BASE before|after: the read bandwidth now (machine_probe --read), one line
+# into BASE's block probes
+probe_read() {
+  "$tmp/machine_probe" --read --threads "$THREADS" --repeats 3 --json |
+    jq -c --argjson run "$1" --arg when "$3" \
+      '{run: $run, when: $when, best: .read_best.gb_s.median, layout: .read_best.layout,
+        best_lowest: .read_best.gb_s.lowest, best_highest: .read_best.gb_s.highest,
+        simple: .read_gb_s.median}' >>"$tmp/$2.probe.jsonl"
+}
 
 # HTTP: ringlmd + ringlm-gateway, or llama-server, on file $1 (perf/http_servers.sh), measured
 # by http_stream_bench (one burst per stream count) into $2
@@ -191,9 +214,11 @@ for r in $(seq "$RUNS"); do
       extra=(--no-repack)
     fi
     if [ "$DO_DECODE" = 1 ]; then
+      probe_read "$r" "$base" before
       mark "run$r $base decode ringlm: before"
       "$tmp/engine_bench" --model "$f" --threads "$THREADS" --context "$PROMPT" --steps "$GEN" \
-        --seqs "$SEQS" --repeats 1 --no-naive --json >>"$tmp/$base.ringlm.jsonl"
+        --seqs "$SEQS" --repeats 1 --no-naive --json |
+        jq -c --argjson run "$r" '. + {run: $run}' >>"$tmp/$base.ringlm.jsonl"
       mark "run$r $base decode ringlm: after"
       if [ "$have_llama" = 1 ]; then
         # every sequence count in one process; each sequence has its own prompt (not shared)
@@ -203,9 +228,11 @@ for r in $(seq "$RUNS"); do
         llama_try "$f" "$LLAMA" -m "$f" -t "$THREADS" -c "$ctx" -b 2048 -ub 512 -npp "$PROMPT" \
           -ntg "$GEN" -npl "$SEQS" --output-format jsonl ||
           { echo "llama_compare.sh: llama-batched-bench failed on $f" >&2; exit 1; }
-        grep '^{' "$tmp/llama.out" | jq -c '{kind: "tg", pl, v: .speed_tg}' >>"$tmp/$base.llama.jsonl"
+        grep '^{' "$tmp/llama.out" | jq -c --argjson run "$r" '{kind: "tg", pl, v: .speed_tg, run: $run}' \
+          >>"$tmp/$base.llama.jsonl"
         mark "run$r $base decode llama.cpp: after"
       fi
+      probe_read "$r" "$base" after
     fi
     if [ "$DO_PREFILL" = 1 ]; then
       mark "run$r $base prefill ringlm: before"
@@ -247,10 +274,11 @@ for r in $(seq "$RUNS"); do
     fi
   done
 done
-"$B/perf/machine_probe" --threads "$THREADS" --repeats 3 --json >>"$tmp/probe.jsonl"
+"$tmp/machine_probe" --threads "$THREADS" --repeats 3 --json >>"$tmp/probe.jsonl"
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
 probe=$(jq -s '{cpu_features: .[0].cpu_features, openblas_core: .[0].openblas_core,
+                read_best_gb_s: [.[].read_best.gb_s.median], read_best_layout: [.[].read_best.layout],
                 read_gb_s: [.[].read_gb_s.median], fma_gflop_s: [.[].fma_f32_gflop_s.median],
                 sgemm_gflop_s: [.[].sgemm_1024_gflop_s.median],
                 sgemm_prefill_1thread_gflop_s: [.[].sgemm_256x768x768_1thread_gflop_s.median],
@@ -258,7 +286,8 @@ probe=$(jq -s '{cpu_features: .[0].cpu_features, openblas_core: .[0].openblas_co
   "$tmp/probe.jsonl")
 if [ "$JSON" = 0 ]; then
   echo "$probe" | jq -r '"machine (probed before and after the runs): \(.cpu_features); OpenBLAS core \(.openblas_core)",
-    "  read \(.read_gb_s | map(tostring) | join(" / ")) GB/s; f32 FMA peak \(.fma_gflop_s | map(tostring) | join(" / ")) GFLOP/s;",
+    "  read \(.read_best_gb_s | map(tostring) | join(" / ")) GB/s (fastest layout: \(.read_best_layout | join(" / "))); simple read \(.read_gb_s | map(tostring) | join(" / ")) GB/s;",
+    "  f32 FMA peak \(.fma_gflop_s | map(tostring) | join(" / ")) GFLOP/s;",
     "  SGEMM 1024^3 \(.sgemm_gflop_s | map(tostring) | join(" / ")) GFLOP/s; 256x768x768 on 1 thread \(.sgemm_prefill_1thread_gflop_s | map(tostring) | join(" / ")) GFLOP/s",
     (if (.mul | length) > 0 then "  products per cycle, 1 thread: f32 FMA \(.mul | map(.fma_f32 | tostring) | join(" / ")); 8-bit dot (maddubs+madd) \(.mul | map(.dot8 | tostring) | join(" / ")); bf16 dot (vdpbf16ps, 0 without it) \(.mul | map(.bf16 // 0 | tostring) | join(" / "))" else empty end)'
   echo "load average: $load_start at the start, $load_end at the end ($(nproc) CPUs)"
@@ -281,15 +310,18 @@ for f in "${files[@]}"; do
   fi
   summary=$(jq -n --slurpfile r "$tmp/$base.ringlm.jsonl" --slurpfile p "$tmp/$base.pre.jsonl" \
     --slurpfile l "$tmp/$base.llama.jsonl" --argjson probe "$probe" --arg file "$base" \
-    --slurpfile h "$tmp/$base.http.jsonl" \
+    --slurpfile h "$tmp/$base.http.jsonl" --slurpfile b "$tmp/$base.probe.jsonl" \
     --argjson threads "$THREADS" --arg seqs "$SEQS" \
     --arg prefill "$PREFILL" --argjson prompt "$PROMPT" --argjson gen "$GEN" \
     --argjson bytes "$bytes" --argjson runs "$RUNS" --arg repack "$repack" '
     def median: sort | if length % 2 == 1 then .[length / 2 | floor]
                        else (.[length / 2 - 1] + .[length / 2]) / 2 end;
     def r1: . * 10 | round / 10;
+    def r2: . * 100 | round / 100;
     def stats: if length == 0 then null
                else {median: (median | r1), lowest: (min | r1), highest: (max | r1)} end;
+    def stats2: if length == 0 then null
+                else {median: (median | r2), lowest: (min | r2), highest: (max | r2)} end;
     def ratio($a; $b): if $a == null or $b == null then null
                        else (($a.median / $b.median) * 100 | round) / 100 end;
     ($seqs | split(",")) as $ks | ($prefill | split(",")) as $ps
@@ -312,8 +344,17 @@ for f in "${files[@]}"; do
           | .ttft_ratio = ratio(.ringlm.ttft_p50_ms; .["llama-server"].ttft_p50_ms)
           | .agg_ratio = ratio(.ringlm.agg_tok_s; .["llama-server"].agg_tok_s)
           | .stream_ratio = ratio(.ringlm.stream_tok_s; .["llama-server"].stream_tok_s)))) as $http
-    | ($probe.read_gb_s | median) as $bw
-    | ([$r[].active_weight_bytes | select(. != null)] | first // null) as $act
+    | ([$b[].run] | unique | map(. as $k | [$b[] | select(.run == $k)] as $x
+         | {run: $k, before: ([$x[] | select(.when == "before")] | first // null),
+            after: ([$x[] | select(.when == "after")] | first // null),
+            bw: ([$x[].best] | max)})) as $blocks
+    # per run: batch-1 decode reading $w bytes a token, against the higher probe of the block
+    | def ringlm_shares($w): [$blocks[] as $k | $r[] | select(.run == $k.run)
+                              | .decode_tok_s["1"] // empty | . * $w / 1e9 / $k.bw];
+      def llama_shares($w): [$blocks[] as $k | $l[]
+                             | select(.kind == "tg" and .pl == 1 and .run == $k.run)
+                             | .v * $w / 1e9 / $k.bw];
+      ([$r[].active_weight_bytes | select(. != null)] | first // null) as $act
     | ([$r[].n_expert | select(. != null)] | first // 0) as $nexp
     | {file: $file, threads: $threads, runs: $runs, prompt: $prompt, generated: $gen,
        file_bytes: $bytes, llama_cpp_weights: $repack,
@@ -323,17 +364,18 @@ for f in "${files[@]}"; do
        prefill: {ringlm: $rp, llama_cpp: $lp,
                  ratio: (if $lp == null then null
                          else reduce $ps[] as $q ({}; .[$q] = ratio($rp[$q]; $lp[$q])) end)},
-       batch1_read_share: {
-         ringlm: (if $rd["1"] == null then null
-                  else ($rd["1"].median * $bytes / 1e9 / $bw * 100 | round) / 100 end),
-         llama_cpp: (if $ld == null or $ld["1"] == null then null
-                     else ($ld["1"].median * $bytes / 1e9 / $bw * 100 | round) / 100 end)},
+       probe_blocks: $blocks,
+       batch1_read_share: {ringlm: (ringlm_shares($bytes) | stats2 | .median),
+                           llama_cpp: (llama_shares($bytes) | stats2 | .median)},
+       batch1_read_share_runs: {ringlm: (ringlm_shares($bytes) | stats2),
+                                llama_cpp: (llama_shares($bytes) | stats2)},
        active_weight_bytes: $act, n_expert: $nexp,
        batch1_active_read_share: {
-         ringlm: (if $rd["1"] == null or $act == null then null
-                  else ($rd["1"].median * $act / 1e9 / $bw * 100 | round) / 100 end),
-         llama_cpp: (if $ld == null or $ld["1"] == null or $act == null then null
-                     else ($ld["1"].median * $act / 1e9 / $bw * 100 | round) / 100 end)},
+         ringlm: (if $act == null then null else ringlm_shares($act) | stats2 | .median end),
+         llama_cpp: (if $act == null then null else llama_shares($act) | stats2 | .median end)},
+       batch1_active_read_share_runs: {
+         ringlm: (if $act == null then null else ringlm_shares($act) | stats2 end),
+         llama_cpp: (if $act == null then null else llama_shares($act) | stats2 end)},
        http: $http, probe: $probe}')
   if [ "$JSON" = 1 ]; then
     echo "$summary" | jq -c .
@@ -355,15 +397,22 @@ for f in "${files[@]}"; do
      | ("prefill " + $k | pad(12)) + " " + ($d.ringlm[$k] | cell | pad(29)) + " "
        + ((if $d.llama_cpp == null then null else $d.llama_cpp[$k] end) | cell | pad(29)) + " "
        + (if $d.ratio == null or $d.ratio[$k] == null then "-" else "\($d.ratio[$k])x" end)),
+    def share: if . == null then "-" else "\(.median) [\(.lowest), \(.highest)]" end;
+    (select((.probe_blocks | length) > 0)
+     | "read GB/s probed around each decode block, fastest layout before / after (simple):",
+       "  " + (.probe_blocks | map("run \(.run) \(.before.best // "-") / \(.after.best // "-")"
+                                   + " (\(.before.simple // "-") / \(.after.simple // "-"))")
+               | join("; "))),
     (select(.decode.ringlm["1"] != null)
-     | "batch-1 decode reads the file (\(.file_bytes / 1e6 | round) MB) at \(.batch1_read_share.ringlm)"
-       + " of the probed read bandwidth (llama.cpp \(.batch1_read_share.llama_cpp // "-"))"),
+     | "batch-1 decode reads the file (\(.file_bytes / 1e6 | round) MB) at \(.batch1_read_share_runs.ringlm | share)"
+       + " of the probed read bandwidth (llama.cpp \(.batch1_read_share_runs.llama_cpp | share));"
+       + " each run against the higher probe of its block"),
     (select(.decode.ringlm["1"] != null and .active_weight_bytes != null
             and (.n_expert > 0 or ((.active_weight_bytes - .file_bytes) | if . < 0 then -. else . end) > 0.05 * .file_bytes))
      | "batch-1 decode reads the weights a row needs (\(.active_weight_bytes / 1e6 | round) MB"
        + (if .n_expert > 0 then ", its experts only" else "" end)
-       + ") at \(.batch1_active_read_share.ringlm) of the probed read bandwidth"
-       + " (llama.cpp \(.batch1_active_read_share.llama_cpp // "-"))"),
+       + ") at \(.batch1_active_read_share_runs.ringlm | share) of the probed read bandwidth"
+       + " (llama.cpp \(.batch1_active_read_share_runs.llama_cpp | share))"),
     (select(.http != {})
      | "HTTP, \(.prompt)-token prompts, \(.generated) tokens a stream, bursts of N streams; median [lowest, highest] over runs",
        "             ringlm-gateway                llama-server                  ringlm/llama-server",
