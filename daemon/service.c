@@ -744,7 +744,7 @@ int svc_run(svc *s, const dloop_config *lc)
                 eng_backend_name(s->engine), s->cfg.threads > 0 ? s->cfg.threads : 1,
                 eng_kv_blocks(s->engine), eng_kv_block_size(s->engine),
                 eng_kv_block_bytes(s->engine));
-        char paths[512];
+        char paths[1024];
         eng_describe_paths(s->engine, paths, sizeof paths);
         if (*paths) svc_log("%s", paths);
         if (s->tiers) svc_log("%s", kvtier_describe(s->tiers));

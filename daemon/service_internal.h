@@ -318,7 +318,7 @@ static inline void svc_stats_changed(svc *s)
 /* ---- logging (every runner file) ------------------------------------------------------- */
 __attribute__((format(printf, 1, 2))) static inline void svc_log(const char *fmt, ...)
 {
-    char buf[512];
+    char buf[2048]; /* one write per line; the engine's paths line runs to about 700 bytes */
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);

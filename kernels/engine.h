@@ -327,8 +327,9 @@ int eng_create(const eng_model *m, const eng_options *opt, eng **out);
 void eng_destroy(eng *e);
 const char *eng_backend_name(const eng *e);
 /* One line naming the kernels the projections take on this machine, by batch size (and for
- * the CPU backend the core OpenBLAS runs), for a start report; "" where the backend does not
- * say. */
+ * the CPU backend the core OpenBLAS runs, and whether AMX and AVX512-FP16 are there, with
+ * what runs in their place: kernels/cpu/cpu_features.h), for a start report; "" where the
+ * backend does not say. Up to about 700 bytes. */
 void eng_describe_paths(const eng *e, char *buf, size_t cap);
 
 /* KV geometry. A block is block-major: all layers' K and V for block_size tokens in one

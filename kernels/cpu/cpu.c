@@ -44,6 +44,7 @@
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/gemm_f32.h"
 #include "kernels/cpu/gemm_small.h"
@@ -1595,6 +1596,9 @@ static int cpu_create(eng *e, const eng_model *m, const eng_options *opt, void *
     if (eng_model_is_lazy(m))
         return eng_seterr(-ENOTSUP, "the CPU backend needs host weights: a synthetic:lazy: "
                                     "model has none (drop \"lazy:\")");
+    /* AMX's tile data asked for here, at start, where the CPU and the OS have tiles: the
+     * report says what came of it (no kernel of this build uses them yet) */
+    (void)cpufeat_get();
     cpu *c = calloc(1, sizeof *c);
     if (!c) return eng_seterr(-ENOMEM, "out of memory");
     c->c = *eng_model_cfg(m);
@@ -1929,6 +1933,20 @@ static void cpu_describe(void *priv, char *buf, size_t cap)
     if (c->attn_bf16 && att < cap)
         snprintf(buf + att, cap - att,
                  "; prompt rows' attention: P·V in AVX-512 BF16 (scores float32)");
+    /* AMX and AVX512-FP16: whether this process could use them, and what runs in their
+     * place (cpu_features.h: this build has no kernel for either) */
+    char amx_instead[128], features[512];
+    snprintf(amx_instead, sizeof amx_instead, "%s, integer dots in %s",
+             gemm_bf16_supported() ? "BF16 tiles in AVX-512 BF16" : "float products in float32",
+             q_isa() >= Q_ISA_AVX512 ? "AVX-512 VNNI"
+             : q_isa() == Q_ISA_AVX2 ? "AVX2"
+                                     : "portable C");
+    cpufeat_describe(cpufeat_get(), amx_instead,
+                     q_simd_active() ? "F16 weights converted by F16C"
+                                     : "F16 weights converted in portable C",
+                     features, sizeof features);
+    const size_t feat = strlen(buf);
+    if (feat < cap) snprintf(buf + feat, cap - feat, "; %s", features);
 }
 
 typedef struct task_fwd {
