@@ -528,7 +528,10 @@ __attribute__((target("avx2,fma"))) static double dot8_s(int mixed)
         }
     }
     double dt = thread_s() - s0;
-    volatile long long sink = c0[0] + c1[1] + c2[2] + c3[3] + c4[0] + c5[1];
+    /* unsigned: the lanes hold whatever the chains summed, and a signed sum may overflow */
+    volatile unsigned long long sink = (unsigned long long)c0[0] + (unsigned long long)c1[1] +
+                                       (unsigned long long)c2[2] + (unsigned long long)c3[3] +
+                                       (unsigned long long)c4[0] + (unsigned long long)c5[1];
     (void)sink;
     return dt;
 }
