@@ -17,24 +17,6 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static unsigned scalar_bytes(uint32_t t)
-{
-    switch (t) {
-    case GGUF_V_U8:
-    case GGUF_V_I8:
-    case GGUF_V_BOOL: return 1;
-    case GGUF_V_U16:
-    case GGUF_V_I16: return 2;
-    case GGUF_V_U32:
-    case GGUF_V_I32:
-    case GGUF_V_F32: return 4;
-    case GGUF_V_U64:
-    case GGUF_V_I64:
-    case GGUF_V_F64: return 8;
-    default: return 0;
-    }
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     /* a copy of exactly size bytes, so reading one past the end is caught */
@@ -58,10 +40,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     for (size_t k = 0; k < len; k++) sum += (unsigned char)s[k];
                 }
             } else if (kv->type == GGUF_V_ARRAY) {
-                const uint64_t n = kv->count * scalar_bytes(kv->elem_type);
+                const uint64_t n = kv->count * gguf_vtype_bytes(kv->elem_type);
                 for (uint64_t k = 0; k < n; k++) sum += kv->value[k];
             } else {
-                for (unsigned k = 0; k < scalar_bytes(kv->type); k++) sum += kv->value[k];
+                for (size_t k = 0; k < gguf_vtype_bytes(kv->type); k++) sum += kv->value[k];
             }
         }
         for (int i = 0; i < gguf_n_tensors(g); i++) {

@@ -93,6 +93,11 @@ static const char *vtype_names[GGUF_V_COUNT] = {
     "u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64"};
 static const uint8_t vtype_size[GGUF_V_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
 
+size_t gguf_vtype_bytes(uint32_t vtype)
+{
+    return vtype < GGUF_V_COUNT ? vtype_size[vtype] : 0;
+}
+
 const char *gguf_vtype_name(uint32_t vtype)
 {
     return vtype < GGUF_V_COUNT ? vtype_names[vtype] : "unknown type";

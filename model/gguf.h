@@ -77,6 +77,8 @@ const char *gguf_type_name(uint32_t type);
 /* Elements per block and bytes per block; false when the type is unknown to us. */
 bool gguf_type_block(uint32_t type, uint32_t *block_elems, uint32_t *block_bytes);
 const char *gguf_vtype_name(uint32_t vtype);
+/* Bytes of one scalar of a value type; 0 for strings, arrays and unknown types. */
+size_t gguf_vtype_bytes(uint32_t vtype);
 
 typedef struct gguf_tensor {
     const char *name; /* NUL-terminated copy */

@@ -116,25 +116,6 @@ static uint32_t f32_bits(float f)
     return u;
 }
 
-/* Bytes of one scalar of a value type (0: not a scalar). */
-static size_t scalar_bytes(uint32_t t)
-{
-    switch (t) {
-    case GGUF_V_U8:
-    case GGUF_V_I8:
-    case GGUF_V_BOOL: return 1;
-    case GGUF_V_U16:
-    case GGUF_V_I16: return 2;
-    case GGUF_V_U32:
-    case GGUF_V_I32:
-    case GGUF_V_F32: return 4;
-    case GGUF_V_U64:
-    case GGUF_V_I64:
-    case GGUF_V_F64: return 8;
-    default: return 0;
-    }
-}
-
 void gw_kv_copy(gguf_writer *w, const gguf_kv *kv)
 {
     if (kv->type == GGUF_V_STRING) {
@@ -143,7 +124,7 @@ void gw_kv_copy(gguf_writer *w, const gguf_kv *kv)
         return;
     }
     if (kv->type != GGUF_V_ARRAY) {
-        const size_t n = scalar_bytes(kv->type);
+        const size_t n = gguf_vtype_bytes(kv->type);
         if (!n) return;
         key(w, kv->key, kv->type);
         put(w, kv->value, n); /* little-endian in the file and here */
@@ -162,7 +143,7 @@ void gw_kv_copy(gguf_writer *w, const gguf_kv *kv)
         }
         return;
     }
-    const size_t n = scalar_bytes(kv->elem_type);
+    const size_t n = gguf_vtype_bytes(kv->elem_type);
     if (!n) return;
     key(w, kv->key, GGUF_V_ARRAY);
     put_le(w, kv->elem_type, 4);
